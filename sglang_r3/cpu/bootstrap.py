@@ -1,0 +1,115 @@
+"""Make the CUDA wheels of SGLang 0.5.23 start on a CPU-only host.
+
+The only thing stopping them is that sgl-kernel's shared object links
+``libcuda.so.1`` (for one symbol, ``cuPointerGetAttribute``). We compile a
+one-function stand-in with the system C compiler, load it into this process
+by soname (so the dynamic loader satisfies sgl-kernel's DT_NEEDED from it)
+and put its folder on ``LD_LIBRARY_PATH`` so SGLang's spawned scheduler and
+detokenizer processes find it too.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from importlib import resources
+from pathlib import Path
+from typing import List, Sequence
+
+from sglang_r3.paths import cache_root
+
+# Flags SGLang needs to run its model on the CPU; each is only added when the
+# user did not pass that flag themselves.
+CPU_SERVER_FLAGS: List[tuple] = [
+    ("--device", "cpu"),
+    ("--attention-backend", "torch_native"),
+    ("--disable-overlap-schedule", None),
+    ("--disable-cuda-graph", None),
+]
+
+_STUB_SOURCE = "libcuda_stub.c"
+
+
+class CpuBootstrapError(RuntimeError):
+    """The CPU runtime cannot be prepared (e.g. no C compiler)."""
+
+
+def has_gpu() -> bool:
+    """True when a CUDA device is usable. Checked without initialising CUDA in this process."""
+    if os.environ.get("SGLANG_R3_FORCE_CPU") == "1":
+        return False
+    if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl"):
+        return True
+    return shutil.which("nvidia-smi") is not None and _nvidia_smi_sees_a_gpu()
+
+
+def _nvidia_smi_sees_a_gpu() -> bool:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def _find_compiler() -> str:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    raise CpuBootstrapError(
+        "sglang-r3 needs a C compiler to run SGLang on a CPU-only machine: it builds a one-function "
+        "libcuda.so.1 stand-in so the CUDA build of sgl-kernel can load. No 'cc', 'gcc' or 'clang' was "
+        "found on PATH (set CC to point at one, e.g. `apt-get install gcc`)."
+    )
+
+
+def build_libcuda_stub() -> Path:
+    """Compile the stub once into the cache (keyed by source hash) and return its folder."""
+    source = resources.files("sglang_r3.cpu").joinpath(_STUB_SOURCE).read_bytes()
+    digest = hashlib.sha256(source).hexdigest()[:12]
+    out_dir = cache_root() / "libcuda-stub" / digest
+    lib = out_dir / "libcuda.so.1"
+    if lib.exists():
+        return out_dir
+    compiler = _find_compiler()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    src = out_dir / _STUB_SOURCE
+    src.write_bytes(source)
+    tmp = out_dir / f"libcuda.so.1.{os.getpid()}.tmp"
+    cmd = [compiler, "-shared", "-fPIC", "-O2", "-Wl,-soname,libcuda.so.1", "-o", str(tmp), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CpuBootstrapError(
+            f"building the libcuda.so.1 stand-in failed ({' '.join(cmd)}):\n{proc.stderr.strip()}"
+        )
+    os.replace(tmp, lib)  # atomic: concurrent launches never load a half-written file
+    return out_dir
+
+
+def activate_cpu_runtime() -> Path:
+    """Prepare this process and its children to run SGLang on the CPU. Idempotent."""
+    stub_dir = build_libcuda_stub()
+    ld_path = os.environ.get("LD_LIBRARY_PATH", "")
+    if str(stub_dir) not in ld_path.split(os.pathsep):
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(stub_dir), ld_path) if p)
+    # LD_LIBRARY_PATH is read by the loader at exec time only; for this
+    # process load the stub now so sgl_kernel's import resolves against it.
+    ctypes.CDLL(str(stub_dir / "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)
+    os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
+    os.environ["SGLANG_R3_CPU"] = "1"
+    return stub_dir
+
+
+def add_cpu_flags(argv: Sequence[str]) -> List[str]:
+    """Append SGLang's CPU flags that the user did not set explicitly."""
+    out = list(argv)
+    given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    for flag, value in CPU_SERVER_FLAGS:
+        if flag in given:
+            continue
+        out.append(flag)
+        if value is not None:
+            out.append(value)
+    return out

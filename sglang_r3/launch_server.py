@@ -1,0 +1,79 @@
+"""``python -m sglang_r3.launch_server [sglang flags...]``
+
+SGLang's own launcher with routing capture installed. Every
+``sglang.launch_server`` flag passes through. With no ``--model-path`` it
+serves the embedded default model; on a host without a GPU it prepares the
+CPU runtime and adds SGLang's CPU flags.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import List, Optional, Sequence
+
+logger = logging.getLogger("sglang_r3")
+
+ENABLE_ENV = "SGLANG_R3_ENABLED"
+
+
+def _has_flag(argv: Sequence[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def resolve_argv(argv: Sequence[str], *, cpu: bool) -> List[str]:
+    """The sglang argv we actually launch with."""
+    out = list(argv)
+    if not _has_flag(out, "--model-path") and not _has_flag(out, "--model"):
+        from sglang_r3.embedded import ensure_embedded_model
+
+        out += ["--model-path", str(ensure_embedded_model())]
+        if not _has_flag(out, "--dtype"):
+            out += ["--dtype", "float32"]  # exact spec == non-spec equality
+        if not _has_flag(out, "--mem-fraction-static") and cpu:
+            out += ["--max-total-tokens", "65536"]
+        if not _has_flag(out, "--disable-speculation"):
+            from sglang_r3.embedded.model import default_speculative_flags
+
+            out += [f for f in default_speculative_flags() if not _has_flag(out, f) or not f.startswith("--")]
+    out = [a for a in out if a != "--disable-speculation"]
+    if not _has_flag(out, "--enable-return-routed-experts"):
+        # Turns on SGLang's per-request plumbing; our capturer replaces upstream's.
+        out.append("--enable-return-routed-experts")
+    if cpu:
+        from sglang_r3.cpu import add_cpu_flags
+
+        out = add_cpu_flags(out)
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from sglang_r3.cpu import activate_cpu_runtime, has_gpu
+
+    cpu = not has_gpu()
+    if cpu:
+        activate_cpu_runtime()
+    os.environ[ENABLE_ENV] = "1"  # read by the plugin in SGLang's child processes
+    sglang_argv = resolve_argv(argv, cpu=cpu)
+
+    from sglang_r3.patches import install
+
+    install(process="server")
+
+    from sglang.launch_server import run_server
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.utils import kill_process_tree
+
+    load_plugins()
+    server_args = prepare_server_args(sglang_argv)
+    try:
+        run_server(server_args)
+    finally:
+        kill_process_tree(os.getpid(), include_parent=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,2 @@
+def install_capture_patches():
+    pass

@@ -1,0 +1,2 @@
+def install_http_routes():
+    pass

@@ -1,0 +1,175 @@
+"""Routing records: what the server returns per request and the trainer replays.
+
+A record holds the main model's MoE routing as an array
+``experts[num_tokens, len(layers), topk]`` (row ``i`` is the routing of token
+``start + i`` as input), tagged with the layout fingerprint it belongs to. The
+optional ``mtp`` section holds MTP-draft routing, kept apart so it can never be
+mistaken for main rows.
+
+Two wire forms of the same dict: JSON (arrays as base64) and msgpack (arrays
+as raw bytes).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+_DTYPES = {"uint8": np.uint8, "uint16": np.uint16, "int32": np.int32}
+
+
+class RecordError(ValueError):
+    """A routing record that is malformed or does not belong where it is used."""
+
+
+def dtype_for(num_experts: int) -> str:
+    return "uint8" if num_experts <= 256 else "uint16"
+
+
+def _encode(arr: np.ndarray, binary: bool):
+    raw = np.ascontiguousarray(arr).tobytes()
+    return raw if binary else base64.b64encode(raw).decode("ascii")
+
+
+def _decode(value: Any, dtype, field: str) -> np.ndarray:
+    if isinstance(value, str):
+        try:
+            raw = base64.b64decode(value.encode("ascii"), validate=True)
+        except (ValueError, UnicodeEncodeError) as e:
+            raise RecordError(f"routing field {field!r} is not valid base64: {e}") from e
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+    else:
+        raise RecordError(f"routing field {field!r} must be base64 text or bytes, got {type(value).__name__}")
+    itemsize = np.dtype(dtype).itemsize
+    if len(raw) % itemsize:
+        raise RecordError(f"routing field {field!r}: {len(raw)} bytes is not a whole number of {np.dtype(dtype)}")
+    return np.frombuffer(raw, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class MtpRouting:
+    """Routing of MTP-draft forwards, one entry per (drafted position, depth, step)."""
+
+    positions: np.ndarray  # int32 [n]: token position the draft forward routed
+    depth: np.ndarray  # uint8 [n]: MTP depth (1-based)
+    step: np.ndarray  # uint8 [n]: draft step within its speculation round (0-based)
+    accepted: np.ndarray  # bool [n]: whether the token drafted from this forward was accepted
+    experts: np.ndarray  # [n, topk]
+
+    @property
+    def num_entries(self) -> int:
+        return int(self.positions.shape[0])
+
+    def to_wire(self, binary: bool = False) -> Dict[str, Any]:
+        return {
+            "num_entries": self.num_entries,
+            "topk": int(self.experts.shape[1]) if self.experts.ndim == 2 else 0,
+            "dtype": str(self.experts.dtype),
+            "positions": _encode(self.positions.astype(np.int32), binary),
+            "depth": _encode(self.depth.astype(np.uint8), binary),
+            "step": _encode(self.step.astype(np.uint8), binary),
+            "accepted": _encode(self.accepted.astype(np.uint8), binary),
+            "experts": _encode(self.experts, binary),
+        }
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "MtpRouting":
+        try:
+            n, topk, dtype = int(d["num_entries"]), int(d["topk"]), str(d["dtype"])
+            if dtype not in _DTYPES:
+                raise RecordError(f"mtp.dtype {dtype!r} is not one of {sorted(_DTYPES)}")
+            cols = {
+                "positions": _decode(d["positions"], np.int32, "mtp.positions"),
+                "depth": _decode(d["depth"], np.uint8, "mtp.depth"),
+                "step": _decode(d["step"], np.uint8, "mtp.step"),
+                "accepted": _decode(d["accepted"], np.uint8, "mtp.accepted").astype(bool),
+            }
+            experts = _decode(d["experts"], _DTYPES[dtype], "mtp.experts")
+        except KeyError as e:
+            raise RecordError(f"routing.mtp is missing field {e}") from e
+        for name, col in cols.items():
+            if col.shape[0] != n:
+                raise RecordError(f"mtp.{name} has {col.shape[0]} entries, num_entries says {n}")
+        if experts.size != n * topk:
+            raise RecordError(f"mtp.experts has {experts.size} ids, expected num_entries*topk = {n * topk}")
+        return cls(experts=experts.reshape(n, topk), **cols)
+
+
+@dataclass(frozen=True)
+class RoutingRecord:
+    layout: str  # fingerprint of the ModelLayout the rows belong to
+    start: int  # position of the first row's token
+    layers: Tuple[int, ...]  # main MoE layer ids, in row order
+    experts: np.ndarray  # [num_tokens, len(layers), topk]
+    mtp: Optional[MtpRouting] = None
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.experts.shape[0])
+
+    @property
+    def topk(self) -> int:
+        return int(self.experts.shape[2])
+
+    def to_wire(self, binary: bool = False) -> Dict[str, Any]:
+        d = {
+            "layout": self.layout,
+            "start": int(self.start),
+            "num_tokens": self.num_tokens,
+            "layers": [int(x) for x in self.layers],
+            "topk": self.topk,
+            "dtype": str(self.experts.dtype),
+            "experts": _encode(self.experts, binary),
+        }
+        if self.mtp is not None:
+            d["mtp"] = self.mtp.to_wire(binary)
+        return d
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "RoutingRecord":
+        if not isinstance(d, Mapping):
+            raise RecordError(f"a routing record must be an object, got {type(d).__name__}")
+        try:
+            layout = str(d["layout"])
+            start, n, topk = int(d["start"]), int(d["num_tokens"]), int(d["topk"])
+            layers = tuple(int(x) for x in d["layers"])
+            dtype = str(d["dtype"])
+            blob = d["experts"]
+        except KeyError as e:
+            raise RecordError(f"routing record is missing field {e}") from e
+        except (TypeError, ValueError) as e:
+            raise RecordError(f"routing record has a field of the wrong type: {e}") from e
+        if dtype not in _DTYPES:
+            raise RecordError(f"routing.dtype {dtype!r} is not one of {sorted(_DTYPES)}")
+        if start < 0 or n < 0 or topk <= 0:
+            raise RecordError(f"routing record has start={start}, num_tokens={n}, topk={topk}")
+        flat = _decode(blob, _DTYPES[dtype], "experts")
+        expected = n * len(layers) * topk
+        if flat.size != expected:
+            raise RecordError(
+                f"routing.experts holds {flat.size} ids, but num_tokens={n} x layers={len(layers)} x topk={topk} = {expected}"
+            )
+        mtp = MtpRouting.from_wire(d["mtp"]) if d.get("mtp") is not None else None
+        return cls(layout=layout, start=start, layers=layers, experts=flat.reshape(n, len(layers), topk), mtp=mtp)
+
+    def layer_rows(self, layer_id: int) -> np.ndarray:
+        """[num_tokens, topk] for one main MoE layer."""
+        try:
+            return self.experts[:, self.layers.index(layer_id), :]
+        except ValueError:
+            raise RecordError(f"record has no rows for layer {layer_id}; it covers layers {list(self.layers)}") from None
+
+
+def concat_layers(records: Sequence[RoutingRecord]) -> np.ndarray:
+    """Stack records' rows along tokens (they must share layers)."""
+    if not records:
+        return np.zeros((0, 0, 0), dtype=np.uint8)
+    layers = records[0].layers
+    for r in records[1:]:
+        if r.layers != layers:
+            raise RecordError(f"records cover different layers: {list(layers)} vs {list(r.layers)}")
+    return np.concatenate([r.experts for r in records], axis=0)
