@@ -24,20 +24,18 @@ def _has_flag(argv: Sequence[str], flag: str) -> bool:
 
 def resolve_argv(argv: Sequence[str], *, cpu: bool) -> List[str]:
     """The sglang argv we actually launch with."""
-    out = list(argv)
+    out = [a for a in argv if a != "--disable-speculation"]
+    speculate = "--disable-speculation" not in argv
     if not _has_flag(out, "--model-path") and not _has_flag(out, "--model"):
-        from sglang_r3.embedded import ensure_embedded_model
+        from sglang_r3.embedded import default_speculative_flags, ensure_embedded_model
 
         out += ["--model-path", str(ensure_embedded_model())]
         if not _has_flag(out, "--dtype"):
             out += ["--dtype", "float32"]  # exact spec == non-spec equality
-        if not _has_flag(out, "--mem-fraction-static") and cpu:
+        if cpu and not _has_flag(out, "--max-total-tokens"):
             out += ["--max-total-tokens", "65536"]
-        if not _has_flag(out, "--disable-speculation"):
-            from sglang_r3.embedded.model import default_speculative_flags
-
-            out += [f for f in default_speculative_flags() if not _has_flag(out, f) or not f.startswith("--")]
-    out = [a for a in out if a != "--disable-speculation"]
+        if speculate and not _has_flag(out, "--speculative-algorithm"):
+            out += default_speculative_flags()
     if not _has_flag(out, "--enable-return-routed-experts"):
         # Turns on SGLang's per-request plumbing; our capturer replaces upstream's.
         out.append("--enable-return-routed-experts")

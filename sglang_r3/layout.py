@@ -168,7 +168,15 @@ def _hash_structure(layout: ModelLayout) -> str:
 
 # ---------------------------------------------------------------------------
 # From HF configs
+#
+# Each family's rule mirrors what SGLang 0.5.23 builds (sglang/srt/models/...),
+# not what transformers would build: a routing record comes from SGLang, so its
+# rows must be the layers SGLang actually routes. Where the two disagree on a
+# config we refuse it rather than guess.
 # ---------------------------------------------------------------------------
+
+_ABSENT = object()
+
 
 def _cfg_dict(config: Any) -> Dict[str, Any]:
     if isinstance(config, Mapping):
@@ -177,81 +185,131 @@ def _cfg_dict(config: Any) -> Dict[str, Any]:
         d = config.to_dict()
     else:
         d = dict(vars(config))
-    # Multimodal / wrapper configs (e.g. Qwen3.5-MoE) keep the LM in text_config.
+    # Multimodal wrappers (Qwen3.5-MoE: Qwen3_5MoeForConditionalGeneration) keep
+    # the language model, MTP keys included, in text_config. The layout is the
+    # text model's, but the outer architecture is the one SGLang dispatches on.
     text = d.get("text_config")
     if isinstance(text, Mapping) or hasattr(text, "to_dict"):
         inner = _cfg_dict(text)
-        inner.setdefault("architectures", d.get("architectures"))
-        return {**d, **inner}
+        inner["architectures"] = d.get("architectures") or inner.get("architectures")
+        return inner
     return d
 
 
 def _architecture(d: Mapping[str, Any]) -> str:
     archs = d.get("architectures") or []
-    if archs:
-        return str(archs[0])
-    return str(d.get("model_type", "unknown"))
+    if not archs:
+        raise LayoutError(
+            f"config has no 'architectures' (model_type={d.get('model_type')!r}); "
+            f"cannot tell which layout rule applies"
+        )
+    return str(archs[0])
 
 
-def _deepseek_style(d, arch) -> List[LayerInfo]:
-    """GLM-4.5/4.7 (Glm4Moe) and DeepSeek-V2/V3: first_k_dense_replace + moe_layer_freq; MTP layers are MoE."""
-    L = int(d["num_hidden_layers"])
-    E = int(d.get("n_routed_experts") or 0)
-    k = int(d.get("num_experts_per_tok") or 0)
-    first_dense = int(d.get("first_k_dense_replace") or 0)
-    freq = int(d.get("moe_layer_freq") or 1)
-    layers = []
-    for i in range(L):
-        moe = E > 0 and i >= first_dense and i % freq == 0
-        layers.append(LayerInfo(i, ROLE_MOE, None, E, k) if moe else LayerInfo(i, ROLE_DENSE))
-    n_mtp = int(d.get("num_nextn_predict_layers") or 0)
-    layers += [LayerInfo(L + j, ROLE_MTP, j + 1, E, k) for j in range(n_mtp)]
-    return layers
+def _int(d: Mapping[str, Any], key: str, arch: str, default: Any = _ABSENT) -> int:
+    """A required (or defaulted) integer field, with an error that names it."""
+    value = d.get(key)
+    if value is None:
+        if default is _ABSENT:
+            raise LayoutError(f"{arch} config is missing {key!r}, which its layout rule needs")
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise LayoutError(f"{arch} config has a non-integer {key!r}: {value!r}") from None
 
 
-def _qwen_moe_style(d, arch) -> List[LayerInfo]:
-    """Qwen2/3-MoE, Qwen3-Next, Qwen3.5-MoE: decoder_sparse_step + mlp_only_layers; MTP layers are MoE."""
-    L = int(d["num_hidden_layers"])
-    E = int(d.get("num_experts") or 0)
-    k = int(d.get("num_experts_per_tok") or 0)
-    step = int(d.get("decoder_sparse_step") or 1)
-    dense_only = set(d.get("mlp_only_layers") or [])
-    layers = []
-    for i in range(L):
-        moe = E > 0 and i not in dense_only and (i + 1) % step == 0
-        layers.append(LayerInfo(i, ROLE_MOE, None, E, k) if moe else LayerInfo(i, ROLE_DENSE))
-    n_mtp = int(d.get("num_nextn_predict_layers") or d.get("mtp_num_hidden_layers") or 0)
-    layers += [LayerInfo(L + j, ROLE_MTP, j + 1, E, k) for j in range(n_mtp)]
-    return layers
+def _mtp_count(d: Mapping[str, Any], arch: str, default: int) -> int:
+    # DeepSeek/GLM/MiMo spell it num_nextn_predict_layers, Qwen3.5 spells it
+    # mtp_num_hidden_layers (in text_config); Qwen3-Next's published config has
+    # neither (see _QWEN_MTP_DEFAULT). A present 0 means "no MTP".
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        if d.get(key) is not None:
+            return _int(d, key, arch)
+    return default
 
 
-def _mimo_style(d, arch) -> List[LayerInfo]:
-    """MiMo: a dense model whose MTP layers are dense too."""
-    L = int(d["num_hidden_layers"])
-    n_mtp = int(d.get("num_nextn_predict_layers") or 0)
-    return [LayerInfo(i, ROLE_DENSE) for i in range(L)] + [
-        LayerInfo(L + j, ROLE_MTP, j + 1) for j in range(n_mtp)
-    ]
+def _stack(L: int, is_moe, E: int, k: int, n_mtp: int, mtp_moe: bool) -> List[LayerInfo]:
+    layers = [LayerInfo(i, ROLE_MOE, None, E, k) if is_moe(i) else LayerInfo(i, ROLE_DENSE) for i in range(L)]
+    e, t = (E, k) if mtp_moe else (0, 0)
+    return layers + [LayerInfo(L + j, ROLE_MTP, j + 1, e, t) for j in range(n_mtp)]
 
 
-def _mixtral_style(d, arch) -> List[LayerInfo]:
-    L = int(d["num_hidden_layers"])
-    E = int(d["num_local_experts"])
-    k = int(d["num_experts_per_tok"])
-    return [LayerInfo(i, ROLE_MOE, None, E, k) for i in range(L)]
+def _first_k_dense(d, arch, freq: int) -> List[LayerInfo]:
+    # MoE iff layer >= first_k_dense_replace and layer % freq == 0; NextN
+    # layers are always sparse (`_is_layer_sparse`: `is_nextn or ...`).
+    L = _int(d, "num_hidden_layers", arch)
+    E = _int(d, "n_routed_experts", arch)
+    k = _int(d, "num_experts_per_tok", arch)
+    first_dense = _int(d, "first_k_dense_replace", arch)
+    n_mtp = _mtp_count(d, arch, default=0)
+    return _stack(L, lambda i: i >= first_dense and i % freq == 0, E, k, n_mtp, mtp_moe=True)
+
+
+def _deepseek(d, arch) -> List[LayerInfo]:
+    """DeepSeek-V2/V3 (deepseek_v2.py `_is_layer_sparse`). moe_layer_freq
+    defaults to 1 as in DeepseekV2Config; V3 publishes 1."""
+    return _first_k_dense(d, arch, freq=_int(d, "moe_layer_freq", arch, default=1))
+
+
+def _glm4_moe(d, arch) -> List[LayerInfo]:
+    """GLM-4.5/4.7 (glm4_moe.py `_is_layer_sparse`): SGLang, like
+    transformers, ignores moe_layer_freq for Glm4Moe, so we do too."""
+    return _first_k_dense(d, arch, freq=1)
+
+
+# Qwen3-Next checkpoints ship one MTP layer (mtp.* tensors) but their config
+# declares no count; SGLang's draft sets num_nextn_predict_layers = 1 for it
+# (configs/model_config.py `_config_draft_model`).
+_QWEN_MTP_DEFAULT = {"Qwen3NextForCausalLM": 1}
+
+
+def _qwen_moe(d, arch) -> List[LayerInfo]:
+    """Qwen2-MoE, Qwen3-MoE, Qwen3-Next, Qwen3.5-MoE: SGLang builds every
+    decoder layer (linear- or full-attention alike) and the MTP layer sparse
+    (`stage_facts`: "all layers are sparse"; `_qwen3_5_is_moe`). transformers
+    would honour decoder_sparse_step / mlp_only_layers, SGLang does not, so a
+    config that uses them has no layout SGLang can serve."""
+    L = _int(d, "num_hidden_layers", arch)
+    E = _int(d, "num_experts", arch)
+    k = _int(d, "num_experts_per_tok", arch)
+    step = _int(d, "decoder_sparse_step", arch, default=1)
+    dense_only = list(d.get("mlp_only_layers") or [])
+    if step != 1 or dense_only:
+        raise LayoutError(
+            f"{arch}: decoder_sparse_step={step}, mlp_only_layers={dense_only} put dense MLPs in some "
+            f"layers, but SGLang builds every {arch} layer as MoE; refusing a layout SGLang would not serve"
+        )
+    n_mtp = _mtp_count(d, arch, default=_QWEN_MTP_DEFAULT.get(arch, 0))
+    return _stack(L, lambda i: True, E, k, n_mtp, mtp_moe=True)
+
+
+def _mimo(d, arch) -> List[LayerInfo]:
+    """MiMo-7B: a dense Qwen2-style model; its MTP layers are dense Qwen2
+    decoder layers too (mimo_mtp.py), so they carry no router."""
+    L = _int(d, "num_hidden_layers", arch)
+    return _stack(L, lambda i: False, 0, 0, _mtp_count(d, arch, default=0), mtp_moe=False)
+
+
+def _mixtral(d, arch) -> List[LayerInfo]:
+    """Mixtral: every layer is a block_sparse_moe; no MTP."""
+    L = _int(d, "num_hidden_layers", arch)
+    E = _int(d, "num_local_experts", arch)
+    k = _int(d, "num_experts_per_tok", arch)
+    return _stack(L, lambda i: True, E, k, 0, mtp_moe=True)
 
 
 _FAMILIES = {
-    "Glm4MoeForCausalLM": _deepseek_style,
-    "DeepseekV3ForCausalLM": _deepseek_style,
-    "DeepseekV2ForCausalLM": _deepseek_style,
-    "Qwen3MoeForCausalLM": _qwen_moe_style,
-    "Qwen2MoeForCausalLM": _qwen_moe_style,
-    "Qwen3NextForCausalLM": _qwen_moe_style,
-    "Qwen3_5MoeForConditionalGeneration": _qwen_moe_style,
-    "Qwen3_5MoeForCausalLM": _qwen_moe_style,
-    "MiMoForCausalLM": _mimo_style,
-    "MixtralForCausalLM": _mixtral_style,
+    "Glm4MoeForCausalLM": _glm4_moe,
+    "DeepseekV3ForCausalLM": _deepseek,
+    "DeepseekV2ForCausalLM": _deepseek,
+    "Qwen3MoeForCausalLM": _qwen_moe,
+    "Qwen2MoeForCausalLM": _qwen_moe,
+    "Qwen3NextForCausalLM": _qwen_moe,
+    "Qwen3_5MoeForConditionalGeneration": _qwen_moe,
+    "Qwen3_5MoeForCausalLM": _qwen_moe,
+    "MiMoForCausalLM": _mimo,
+    "MixtralForCausalLM": _mixtral,
 }
 
 SUPPORTED_ARCHITECTURES: Sequence[str] = tuple(_FAMILIES)
@@ -265,11 +323,8 @@ def layout_from_hf_config(config: Any) -> ModelLayout:
         raise LayoutError(
             f"no layout rule for architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    try:
-        layers = family(d, arch)
-    except KeyError as e:
-        raise LayoutError(f"{arch} config is missing {e}") from e
-    return ModelLayout(architecture=arch, num_hidden_layers=int(d["num_hidden_layers"]), layers=tuple(layers))
+    layers = family(d, arch)
+    return ModelLayout(architecture=arch, num_hidden_layers=_int(d, "num_hidden_layers", arch), layers=tuple(layers))
 
 
 def layout_from_model_path(model_path: str) -> ModelLayout:

@@ -14,7 +14,8 @@ _installed = set()
 
 
 def plugin() -> None:
-    if os.environ.get("SGLANG_R3_ENABLED") != "1":
+    # The launcher process installs its own set ("server") before SGLang loads plugins.
+    if os.environ.get("SGLANG_R3_ENABLED") != "1" or "server" in _installed:
         return
     install(process="child")
 
@@ -27,10 +28,11 @@ def install(process: str) -> None:
         from sglang_r3.patches.cpu import install_cpu_patches
 
         install_cpu_patches()
-    from sglang_r3.patches.capture import install_capture_patches
-
-    install_capture_patches()
     if process == "server":
         from sglang_r3.patches.http import install_http_routes
 
         install_http_routes()
+    else:
+        from sglang_r3.patches.capture import install_capture_patches
+
+        install_capture_patches()

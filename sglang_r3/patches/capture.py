@@ -1,2 +1,152 @@
-def install_capture_patches():
-    pass
+"""Install sglang-r3's capturer into SGLang 0.5.23 in place of upstream's.
+
+Hooks (all through SGLang's HookRegistry, applied when SGLang loads plugins):
+
+* ``ModelRunner.init_routed_experts_capturer`` -- the target runner gets a
+  ``RoutingCapturer`` (upstream's pins host memory with cudaHostRegister and
+  crashes on CPU); a draft runner gets its MoE routers checked (and, for MTP
+  capture, attached to the draft capturer), failing start-up if any draft
+  router could write main rows.
+* ``layers.moe.topk.capture_routed_experts_if_allowed`` -- the single capture
+  site: routers SGLang allows go to main rows, draft routers to the MTP section.
+* ``SchedulerBatchResultProcessor._maybe_collect_routed_experts`` -- at request
+  finish, gather the request's rows into the transport payload.
+* ``SchedulerInternalStateController.get_internal_state`` -- expose capture
+  counters (read by ``GET /routing/stats``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from sglang_r3.capture import CaptureViolation, RoutingCapturer, encode_payload
+from sglang_r3.layout import layout_from_hf_config
+
+logger = logging.getLogger(__name__)
+
+_MR = "sglang.srt.model_executor.model_runner.ModelRunner"
+_TOPK_MOD = "sglang.srt.layers.moe.topk"
+_BRP = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
+_ISC = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
+
+
+def _capturer():
+    from sglang.srt.state_capturer.routed_experts import get_global_experts_capturer
+
+    cap = get_global_experts_capturer()
+    return cap if isinstance(cap, RoutingCapturer) else None
+
+
+def _router_layer_ids(model) -> list:
+    from sglang.srt.layers.moe.topk import TopK
+
+    return sorted({m.layer_id for m in model.modules() if isinstance(m, TopK)})
+
+
+def init_routed_experts_capturer(original, self, *args, **kwargs):
+    from sglang.srt.runtime_context import get_exec
+    from sglang.srt.state_capturer.routed_experts import set_global_experts_capturer
+
+    if not get_exec().features.enable_return_routed_experts:
+        return original(self, *args, **kwargs)
+    if self.is_draft_worker:
+        _init_draft_runner(self)
+        return None
+    layout = layout_from_hf_config(self.model_config.hf_config)
+    live = _router_layer_ids(self.model)
+    if live != list(layout.moe_layer_ids):
+        raise RuntimeError(
+            f"sglang-r3: the layout built from the config says main MoE layers are {list(layout.moe_layer_ids)}, "
+            f"but the loaded model has routers at layers {live}; refusing to capture mislabelled routing"
+        )
+    num_slots = self.kv_index_translator.capture_token_capacity(self.max_token_pool_size)
+    set_global_experts_capturer(
+        RoutingCapturer(layout, num_slots=num_slots, max_batch_tokens=4096, device=self.device)
+    )
+    logger.info("sglang-r3 capture: %s, %d KV slots", layout.summary(), num_slots)
+    return None
+
+
+def _init_draft_runner(runner) -> None:
+    from sglang.srt.layers.moe.topk import TopK
+
+    cap = _capturer()
+    routers = [m for m in runner.model.modules() if isinstance(m, TopK)]
+    leaking = [m.layer_id for m in routers if m.topk_config.allow_routed_experts_capture]
+    if leaking:
+        raise CaptureViolation(
+            f"sglang-r3: draft model routers at layer ids {leaking} are allowed to write main routing rows; "
+            "refusing to start (draft routing must never overwrite target rows)"
+        )
+    if cap is None:
+        return
+    from sglang_r3.patches import draft as draft_patch
+
+    draft_patch.attach_draft_runner(cap, runner, routers)
+
+
+def capture_routed_experts_if_allowed(topk_config, layer_id, topk_ids) -> None:
+    cap = _capturer()
+    if cap is None:
+        from sglang.srt.state_capturer.routed_experts import get_global_experts_capturer
+
+        if topk_config.allow_routed_experts_capture and (up := get_global_experts_capturer()) is not None:
+            up.capture(layer_id=layer_id, topk_indices=topk_ids)
+        return
+    if topk_config.allow_routed_experts_capture:
+        if cap.staging.shape[0] < topk_ids.shape[0]:
+            cap.staging = torch.zeros(
+                (topk_ids.shape[0] * 2, *cap.staging.shape[1:]), dtype=cap.staging.dtype, device=cap.staging.device
+            )
+        cap.capture(layer_id, topk_ids)
+    elif cap.draft is not None:
+        cap.draft.capture(topk_config, topk_ids)
+
+
+def maybe_collect_routed_experts(original, self, req):
+    cap = _capturer()
+    if cap is None or not req.return_routed_experts:
+        return original(self, req)
+    start = req.routed_experts_start_len
+    seqlen = len(req.origin_input_ids) + len(req.output_ids_through_stop)
+    start = min(start, max(seqlen - 1, 0))
+    slots = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx][start : max(seqlen - 1, 0)]
+    rows = cap.rows_for_slots(slots).numpy()
+    if rows.dtype == np.int16:
+        rows = rows.view(np.uint16)
+    mtp = cap.draft.collect(req) if cap.draft is not None else None
+    payload = encode_payload(start, rows, mtp)
+    req.routed_experts = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    return None
+
+
+def get_internal_state(result, self, *args, **kwargs):
+    cap = _capturer()
+    if cap is not None:
+        state = result.internal_state
+        state["sglang_r3"] = {
+            "layout": cap.layout.fingerprint,
+            "host_bytes_per_slot": cap.host_bytes_per_slot(),
+            **cap.stats.as_dict(),
+            **({"draft": cap.draft.stats()} if cap.draft is not None else {}),
+        }
+    return result
+
+
+_done = False
+
+
+def install_capture_patches() -> None:
+    global _done
+    if _done:
+        return
+    _done = True
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(f"{_MR}.init_routed_experts_capturer", init_routed_experts_capturer, HookType.AROUND)
+    HookRegistry.register(f"{_TOPK_MOD}.capture_routed_experts_if_allowed", capture_routed_experts_if_allowed, HookType.REPLACE)
+    HookRegistry.register(f"{_BRP}._maybe_collect_routed_experts", maybe_collect_routed_experts, HookType.AROUND)
+    HookRegistry.register(f"{_ISC}.get_internal_state", get_internal_state, HookType.AFTER)

@@ -1,0 +1,1 @@
+"""HTTP rollout API: routes and schemas mounted on SGLang's FastAPI app."""

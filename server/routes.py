@@ -1,0 +1,255 @@
+"""Routes of the rollout API, mounted on SGLang's own FastAPI app.
+
+``POST /generate`` replaces SGLang's handler with one that accepts the routing
+options, validates them (400 naming the field), forwards everything else to
+SGLang's TokenizerManager unchanged, and turns the captured payload into a
+role-tagged record. With ``Accept: application/msgpack`` the response is
+msgpack and the routing arrays are raw bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from functools import lru_cache
+from typing import Any, Dict, List, Optional
+
+import msgpack
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from server.schemas import CaptureStats, ErrorResponse, LayoutResponse, RoutingOptions
+from sglang_r3.capture.transport import decode_payload, to_upstream_routed_experts
+from sglang_r3.layout import ModelLayout, layout_from_hf_config
+from sglang_r3.record import RoutingRecord
+
+logger = logging.getLogger(__name__)
+
+MSGPACK = "application/msgpack"
+router = APIRouter()
+
+
+class RequestError(ValueError):
+    def __init__(self, message: str, field: Optional[str] = None, status: int = 400):
+        super().__init__(message)
+        self.field, self.status = field, status
+
+    def response(self) -> JSONResponse:
+        body: Dict[str, Any] = {"error": {"message": str(self), "type": "invalid_request_error"}}
+        if self.field:
+            body["error"]["field"] = self.field
+        return JSONResponse(body, status_code=self.status)
+
+
+def _state():
+    from sglang.srt.entrypoints.http_server import get_global_state
+
+    return get_global_state()
+
+
+@lru_cache(maxsize=1)
+def _layout_for(hf_config_id: int) -> ModelLayout:
+    return layout_from_hf_config(_state().tokenizer_manager.model_config.hf_config)
+
+
+def current_layout() -> ModelLayout:
+    tm = _state().tokenizer_manager
+    return _layout_for(id(tm.model_config.hf_config))
+
+
+# ---------------------------------------------------------------------------
+# Request side
+# ---------------------------------------------------------------------------
+
+def parse_routing_options(body: Dict[str, Any]) -> RoutingOptions:
+    try:
+        opts = RoutingOptions.model_validate(body)
+    except ValidationError as e:
+        err = e.errors()[0]
+        # Union members show up in loc ("return_routing", "bool"); name the request field.
+        field = str(err["loc"][0]) if err["loc"] else None
+        raise RequestError(f"{field}: {err['msg']} (got {err.get('input')!r})", field=field) from None
+    if opts.routing_start is not None and not opts.want_routing:
+        raise RequestError("routing_start needs return_routing", field="routing_start")
+    if (
+        opts.routing_start is not None
+        and opts.routed_experts_start_len is not None
+        and opts.routing_start != opts.routed_experts_start_len
+    ):
+        raise RequestError(
+            "routing_start and routed_experts_start_len disagree; send one start", field="routing_start"
+        )
+    return opts
+
+
+def _prompt_lengths(body: Dict[str, Any]) -> List[int]:
+    ids = body.get("input_ids")
+    if ids is not None:
+        if ids and isinstance(ids[0], list):
+            return [len(x) for x in ids]
+        return [len(ids)]
+    text = body.get("text")
+    tok = getattr(_state().tokenizer_manager, "tokenizer", None)
+    if text is None or tok is None:
+        return []
+    texts = text if isinstance(text, list) else [text]
+    return [len(tok.encode(t)) for t in texts if isinstance(t, str)]
+
+
+def rewrite_body(body: Dict[str, Any], opts: RoutingOptions) -> Dict[str, Any]:
+    """SGLang's own request body: our fields removed, capture switched on when any routing is asked for."""
+    body = {k: v for k, v in body.items() if k not in ("return_routing", "routing_start")}
+    if not opts.any:
+        return body
+    start = opts.routing_start if opts.routing_start is not None else (opts.routed_experts_start_len or 0)
+    if start:
+        for n in _prompt_lengths(body):
+            if start > n:
+                raise RequestError(
+                    f"routing_start={start} is beyond the prompt ({n} tokens); it must be <= the prompt length",
+                    field="routing_start" if opts.routing_start is not None else "routed_experts_start_len",
+                )
+    body["return_routed_experts"] = True
+    body["routed_experts_start_len"] = start
+    return body
+
+
+# ---------------------------------------------------------------------------
+# Response side
+# ---------------------------------------------------------------------------
+
+def attach_routing(out: Dict[str, Any], opts: RoutingOptions, layout: ModelLayout, binary: bool) -> Dict[str, Any]:
+    meta = out.get("meta_info")
+    if not isinstance(meta, dict):
+        return out
+    raw = meta.pop("routed_experts", None)
+    if raw is None or not opts.any:
+        return out
+    captured = decode_payload(base64.b64decode(raw) if isinstance(raw, str) else bytes(raw))
+    if opts.want_routing:
+        record = RoutingRecord(
+            layout=layout.fingerprint,
+            start=captured.start,
+            layers=layout.moe_layer_ids,
+            experts=captured.experts,
+            mtp=captured.mtp if opts.want_mtp else None,
+        )
+        meta["routing"] = record.to_wire(binary=binary)
+    if opts.return_routed_experts:
+        upstream = to_upstream_routed_experts(captured, layout.num_hidden_layers, layout.moe_layer_ids)
+        meta["routed_experts"] = base64.b64encode(upstream.tobytes()).decode("ascii")
+    return out
+
+
+def _wants_msgpack(request: Request) -> bool:
+    return MSGPACK in request.headers.get("accept", "")
+
+
+def _respond(content: Any, binary: bool) -> Response:
+    if binary:
+        return Response(msgpack.packb(content, use_bin_type=True, default=_msgpack_default), media_type=MSGPACK)
+    from sglang.srt.utils.json_response import orjson_response
+
+    return orjson_response(content)
+
+
+def _msgpack_default(obj):
+    # numpy scalars / arrays that SGLang may leave in meta_info
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    raise TypeError(f"cannot msgpack {type(obj).__name__}")
+
+
+@router.api_route(
+    "/generate",
+    methods=["POST", "PUT"],
+    responses={400: {"model": ErrorResponse}},
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "description": "SGLang's GenerateReqInput fields, plus the routing options below.",
+                        "properties": RoutingOptions.model_json_schema()["properties"],
+                    }
+                }
+            }
+        }
+    },
+    summary="Generate (SGLang native API) with role-tagged routing records",
+)
+async def generate(request: Request):
+    from sglang.srt.entrypoints.api_contract import generate_contract_error
+    from sglang.srt.entrypoints.http_server import _create_error_response
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    try:
+        body = await request.json()
+    except ValueError as e:
+        return RequestError(f"request body is not valid JSON: {e}").response()
+    if not isinstance(body, dict):
+        return RequestError(f"request body must be a JSON object, got {type(body).__name__}").response()
+    try:
+        opts = parse_routing_options(body)
+        body = rewrite_body(body, opts)
+    except RequestError as e:
+        return e.response()
+    contract_error = generate_contract_error(body)
+    if contract_error is not None:
+        return JSONResponse({"error": {"message": contract_error}}, status_code=400)
+    try:
+        obj = GenerateReqInput(**body)
+    except TypeError as e:
+        return RequestError(f"unknown or malformed /generate field: {e}").response()
+    tm = _state().tokenizer_manager
+    layout = current_layout() if opts.any else None
+    binary = _wants_msgpack(request)
+
+    def finish(ret):
+        if layout is None:
+            return ret
+        items = ret if isinstance(ret, list) else [ret]
+        for item in items:
+            attach_routing(item, opts, layout, binary)
+        return ret
+
+    if obj.stream:
+        from sglang.srt.utils.json_response import dumps_json
+
+        async def stream():
+            try:
+                async for out in tm.generate_request(obj, request):
+                    out = finish(out)
+                    if binary:
+                        yield msgpack.packb(out, use_bin_type=True, default=_msgpack_default)
+                    else:
+                        yield b"data: " + dumps_json(out) + b"\n\n"
+            except ValueError as e:
+                err = {"error": {"message": str(e)}}
+                yield msgpack.packb(err) if binary else b"data: " + dumps_json(err) + b"\n\n"
+            if not binary:
+                yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(
+            stream(),
+            media_type=MSGPACK if binary else "text/event-stream",
+            background=tm.create_abort_task(obj),
+        )
+    try:
+        ret = await tm.generate_request(obj, request).__anext__()
+    except ValueError as e:
+        return _create_error_response(e)
+    return _respond(finish(ret), binary)
+
+
+@router.get("/routing/layout", response_model=LayoutResponse, summary="The model's layers by role")
+async def routing_layout():
+    return current_layout().to_dict()
+
+
+@router.get("/routing/stats", response_model=List[CaptureStats], summary="Capture counters per scheduler")
+async def routing_stats():
+    states = await _state().tokenizer_manager.get_internal_state()
+    return [s["sglang_r3"] for s in states if isinstance(s, dict) and "sglang_r3" in s]

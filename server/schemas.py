@@ -1,0 +1,100 @@
+"""Pydantic schemas of the rollout API (they also document it on /docs)."""
+
+from __future__ import annotations
+
+from typing import List, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+
+
+class RoutingSelect(BaseModel):
+    """Object form of ``return_routing``: which sections to return."""
+
+    model_config = ConfigDict(extra="forbid")
+    main: StrictBool = Field(True, description="Main-model MoE rows (target/verify forwards).")
+    mtp: StrictBool = Field(False, description="Add the MTP-draft section.")
+
+
+class RoutingOptions(BaseModel):
+    """Routing fields accepted on ``POST /generate`` next to SGLang's own fields."""
+
+    model_config = ConfigDict(extra="ignore")
+    return_routing: Union[StrictBool, RoutingSelect] = Field(
+        False, description="`true` for main rows; `{\"mtp\": true}` to add the MTP-draft section."
+    )
+    routing_start: Optional[StrictInt] = Field(
+        None, ge=0, description="Return rows from this token position on (partial rollouts); <= prompt length."
+    )
+    return_routed_experts: StrictBool = Field(
+        False, description="Upstream SGLang field: base64 int32 [T-1, num_hidden_layers, topk] in meta_info.routed_experts."
+    )
+    routed_experts_start_len: Optional[StrictInt] = Field(None, ge=0, description="Upstream start for routed_experts.")
+
+    @property
+    def want_routing(self) -> bool:
+        r = self.return_routing
+        return bool(r) if isinstance(r, bool) else (r.main or r.mtp)
+
+    @property
+    def want_mtp(self) -> bool:
+        return isinstance(self.return_routing, RoutingSelect) and self.return_routing.mtp
+
+    @property
+    def any(self) -> bool:
+        return self.want_routing or self.return_routed_experts
+
+
+class LayerSchema(BaseModel):
+    id: int
+    role: Literal["dense", "moe", "mtp"]
+    depth: Optional[int] = Field(None, description="MTP depth, 1-based; null for decoder layers.")
+    num_experts: int = Field(0, description="Routed experts; 0 for layers without a router.")
+    topk: int = 0
+
+
+class LayoutResponse(BaseModel):
+    fingerprint: str = Field(description="Hash of the layer structure; every routing record carries it.")
+    architecture: str
+    num_hidden_layers: int
+    layers: List[LayerSchema]
+
+
+class MtpSection(BaseModel):
+    num_entries: int
+    topk: int
+    dtype: Literal["uint8", "uint16"]
+    positions: str = Field(description="base64 int32 [n]: token position routed by the draft forward")
+    depth: str = Field(description="base64 uint8 [n]: MTP depth (1-based)")
+    step: str = Field(description="base64 uint8 [n]: draft step within the speculation round")
+    accepted: str = Field(description="base64 uint8 [n]: 1 if the drafted token was accepted")
+    experts: str = Field(description="base64 [n, topk] expert ids")
+
+
+class RoutingRecordSchema(BaseModel):
+    """``meta_info.routing`` of a /generate output."""
+
+    layout: str
+    start: int
+    num_tokens: int
+    layers: List[int] = Field(description="Main MoE layer ids, in row order. Dense layers are absent.")
+    topk: int
+    dtype: Literal["uint8", "uint16"]
+    experts: str = Field(description="base64 of row-major [num_tokens, len(layers), topk]")
+    mtp: Optional[MtpSection] = None
+
+
+class CaptureStats(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    layout: str
+    main_forwards: int
+    main_rows_written: int
+    main_captures_from_draft: int
+
+
+class ErrorBody(BaseModel):
+    message: str
+    field: Optional[str] = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody

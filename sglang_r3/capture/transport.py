@@ -1,0 +1,60 @@
+"""The in-process payload that carries a finished request's routing from the scheduler to the HTTP layer.
+
+SGLang ships ``req.routed_experts`` as a tensor and base64-encodes its raw
+bytes (``tensor.numpy().tobytes()``) on the way out, whatever its dtype. We
+put a small msgpack payload in a uint8 tensor, so main rows, their start and
+the MTP section travel through SGLang's existing plumbing unchanged; the HTTP
+layer turns it into the public record (and, if asked, upstream's int32 field).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import msgpack
+import numpy as np
+
+from sglang_r3.record import MtpRouting
+
+_VERSION = 1
+_DTYPE_NAMES = {"uint8": np.uint8, "int16": np.uint16, "uint16": np.uint16}
+
+
+@dataclass
+class CapturedRouting:
+    start: int
+    experts: np.ndarray  # [rows, n_moe, topk], uint8 or uint16
+    mtp: Optional[MtpRouting] = None
+
+
+def encode_payload(start: int, experts: np.ndarray, mtp: Optional[MtpRouting] = None) -> bytes:
+    dtype = "uint8" if experts.dtype == np.uint8 else "uint16"
+    return msgpack.packb(
+        {
+            "v": _VERSION,
+            "start": int(start),
+            "shape": list(experts.shape),
+            "dtype": dtype,
+            "experts": np.ascontiguousarray(experts).view(_DTYPE_NAMES[dtype]).tobytes(),
+            "mtp": None if mtp is None else mtp.to_wire(binary=True),
+        },
+        use_bin_type=True,
+    )
+
+
+def decode_payload(raw: bytes) -> CapturedRouting:
+    d = msgpack.unpackb(raw, raw=False)
+    if d.get("v") != _VERSION:
+        raise ValueError(f"routing payload version {d.get('v')} is not {_VERSION}")
+    experts = np.frombuffer(d["experts"], dtype=_DTYPE_NAMES[d["dtype"]]).reshape(d["shape"])
+    mtp = MtpRouting.from_wire(d["mtp"]) if d.get("mtp") is not None else None
+    return CapturedRouting(start=int(d["start"]), experts=experts, mtp=mtp)
+
+
+def to_upstream_routed_experts(captured: CapturedRouting, num_hidden_layers: int, moe_layer_ids) -> np.ndarray:
+    """Upstream's ``routed_experts`` array: int32 [rows, num_hidden_layers, topk], zeros at dense layers."""
+    rows, _, topk = captured.experts.shape
+    out = np.zeros((rows, num_hidden_layers, topk), dtype=np.int32)
+    out[:, list(moe_layer_ids), :] = captured.experts
+    return out

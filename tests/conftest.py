@@ -1,0 +1,59 @@
+"""Session-wide real servers: the embedded model with MTP speculation (the default launch) and without.
+
+Both start at once (they share the machine's two cores while loading) and
+are stopped at the end of the session.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from tests.servers import ServerProcess
+
+torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+SERVER_FLAGS = {
+    "spec": [],  # no flags: exactly what `python -m sglang_r3.launch_server` serves
+    "nospec": ["--disable-speculation"],
+}
+
+
+class _Servers:
+    def __init__(self):
+        self._procs = {}
+
+    def get(self, name: str) -> ServerProcess:
+        if name not in self._procs:
+            # Start every server not yet running, then wait: startups overlap.
+            for n, flags in SERVER_FLAGS.items():
+                if n not in self._procs:
+                    self._procs[n] = ServerProcess(flags).start()
+        proc = self._procs[name]
+        return proc.wait_ready()
+
+    def stop_all(self):
+        for p in self._procs.values():
+            p.stop()
+
+
+@pytest.fixture(scope="session")
+def _servers():
+    s = _Servers()
+    yield s
+    s.stop_all()
+
+
+@pytest.fixture(scope="session")
+def routing_server(_servers) -> str:
+    """Base URL of the default server: embedded model, MTP speculation on."""
+    return _servers.get("spec").url
+
+
+@pytest.fixture(scope="session")
+def nospec_server(_servers) -> str:
+    """Base URL of the embedded model served with --disable-speculation."""
+    return _servers.get("nospec").url

@@ -1,0 +1,76 @@
+"""Start and stop real sglang-r3 servers for tests (one process tree per server)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+import httpx
+
+STARTUP_TIMEOUT_S = float(os.environ.get("SGLANG_R3_TEST_STARTUP_TIMEOUT", "600"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServerProcess:
+    args: List[str]
+    port: int = field(default_factory=free_port)
+    proc: Optional[subprocess.Popen] = None
+    log_path: Optional[Path] = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "ServerProcess":
+        fd, path = tempfile.mkstemp(prefix=f"sglang-r3-{self.port}-", suffix=".log")
+        self.log_path = Path(path)
+        log = os.fdopen(fd, "w")
+        cmd = [sys.executable, "-m", "sglang_r3.launch_server", "--port", str(self.port), *self.args]
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> "ServerProcess":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(self.url + "/health_generate", timeout=30).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(2)
+        self.stop()
+        raise TimeoutError(f"server not healthy after {timeout:.0f}s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def log_tail(self, n: int = 60) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(l[:400] for l in lines[-n:])

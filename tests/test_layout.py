@@ -1,0 +1,208 @@
+"""ModelLayout from the published config.json of each supported family.
+
+Fixtures under tests/data/configs/ are trimmed copies of real configs (values
+as published; ``_source`` says where each was read). The expected layouts are
+what SGLang 0.5.23 builds for them, so a routing record's rows line up.
+"""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from sglang_r3.layout import (
+    ROLE_DENSE,
+    ROLE_MOE,
+    ROLE_MTP,
+    LayerInfo,
+    LayoutError,
+    ModelLayout,
+    layout_from_hf_config,
+    layout_from_model_path,
+)
+
+CONFIGS = Path(__file__).parent / "data" / "configs"
+
+
+def load(name):
+    return json.loads((CONFIGS / f"{name}.json").read_text())
+
+
+# name -> (architecture, L, first dense layers, experts, top-k, MTP layers, MTP is MoE)
+FAMILIES = {
+    "glm4_5": ("Glm4MoeForCausalLM", 92, 3, 160, 8, 1, True),
+    "glm4_7": ("Glm4MoeForCausalLM", 92, 3, 160, 8, 1, True),
+    "deepseek_v3": ("DeepseekV3ForCausalLM", 61, 3, 256, 8, 1, True),
+    "qwen3_30b_a3b": ("Qwen3MoeForCausalLM", 48, 0, 128, 8, 0, True),
+    "qwen3_next_80b_a3b_instruct": ("Qwen3NextForCausalLM", 48, 0, 512, 10, 1, True),
+    "qwen3_5_35b_a3b": ("Qwen3_5MoeForConditionalGeneration", 40, 0, 256, 8, 1, True),
+    "mimo_7b": ("MiMoForCausalLM", 36, 36, 0, 0, 2, False),
+    "mixtral_8x7b": ("MixtralForCausalLM", 32, 0, 8, 2, 0, True),
+}
+
+
+def test_every_fixture_names_its_source():
+    names = {p.stem for p in CONFIGS.glob("*.json")}
+    assert names == set(FAMILIES)
+    for name in names:
+        assert load(name)["_source"].strip()
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_published_layout(name):
+    arch, L, first_dense, E, k, n_mtp, mtp_moe = FAMILIES[name]
+    layout = layout_from_hf_config(load(name))
+
+    assert layout.architecture == arch
+    assert layout.num_hidden_layers == L
+    roles = [l.role for l in layout.layers]
+    assert roles == [ROLE_DENSE] * first_dense + [ROLE_MOE] * (L - first_dense) + [ROLE_MTP] * n_mtp
+    assert layout.moe_layer_ids == tuple(range(first_dense, L))
+    for l in layout.moe_layers:
+        assert (l.num_experts, l.topk) == (E, k)
+
+    assert layout.num_mtp_layers == n_mtp
+    assert [l.id for l in layout.mtp_layers] == list(range(L, L + n_mtp))
+    assert [l.depth for l in layout.mtp_layers] == list(range(1, n_mtp + 1))
+    for l in layout.mtp_layers:
+        assert (l.num_experts, l.topk) == ((E, k) if mtp_moe else (0, 0))
+
+    assert layout.num_experts == E
+    assert layout.topk == k
+    assert layout.expert_dtype == ("uint8" if E <= 256 else "uint16")
+
+
+def test_expert_dtype_boundary_uses_real_configs():
+    # 256 experts (DeepSeek-V3, Qwen3.5-35B-A3B) still fit uint8; 512 do not.
+    assert layout_from_hf_config(load("deepseek_v3")).expert_dtype == "uint8"
+    assert layout_from_hf_config(load("qwen3_5_35b_a3b")).expert_dtype == "uint8"
+    assert layout_from_hf_config(load("qwen3_next_80b_a3b_instruct")).expert_dtype == "uint16"
+
+
+def test_qwen_linear_attention_layers_are_still_moe():
+    # Qwen3.5 / Qwen3-Next interleave linear and full attention; SGLang builds
+    # a sparse MoE block in both kinds of layer.
+    cfg = load("qwen3_5_35b_a3b")
+    assert "linear_attention" in cfg["text_config"]["layer_types"]
+    layout = layout_from_hf_config(cfg)
+    assert len(layout.moe_layer_ids) == cfg["text_config"]["num_hidden_layers"]
+
+
+def test_qwen3_next_has_one_mtp_layer_though_its_config_declares_none():
+    cfg = load("qwen3_next_80b_a3b_instruct")
+    assert "num_nextn_predict_layers" not in cfg and "mtp_num_hidden_layers" not in cfg
+    assert layout_from_hf_config(cfg).num_mtp_layers == 1
+    # An explicit count still wins, including 0.
+    assert layout_from_hf_config({**cfg, "num_nextn_predict_layers": 0}).num_mtp_layers == 0
+
+
+def test_qwen3_5_text_only_checkpoint_matches_the_wrapped_one():
+    wrapped = load("qwen3_5_35b_a3b")
+    flat = {**wrapped["text_config"], "architectures": ["Qwen3_5MoeForCausalLM"]}
+    a, b = layout_from_hf_config(wrapped), layout_from_hf_config(flat)
+    assert [(l.id, l.role, l.depth, l.num_experts, l.topk) for l in a.layers] == [
+        (l.id, l.role, l.depth, l.num_experts, l.topk) for l in b.layers
+    ]
+
+
+def test_deepseek_honours_moe_layer_freq_but_glm_does_not():
+    # deepseek_v2.py checks layer % moe_layer_freq; glm4_moe.py does not.
+    ds = {**load("deepseek_v3"), "moe_layer_freq": 2}
+    assert layout_from_hf_config(ds).moe_layer_ids == tuple(i for i in range(3, 61) if i % 2 == 0)
+    glm = {**load("glm4_7"), "moe_layer_freq": 2}
+    assert layout_from_hf_config(glm).moe_layer_ids == tuple(range(3, 92))
+
+
+@pytest.mark.parametrize("override", [{"decoder_sparse_step": 2}, {"mlp_only_layers": [0]}])
+def test_qwen_dense_layers_are_refused(override):
+    # transformers would make those layers dense; SGLang builds them MoE anyway.
+    with pytest.raises(LayoutError, match="SGLang builds every"):
+        layout_from_hf_config({**load("qwen3_30b_a3b"), **override})
+
+
+def test_hf_config_object_gives_the_same_layout():
+    transformers = pytest.importorskip("transformers")
+    cfg = {k: v for k, v in load("deepseek_v3").items() if not k.startswith("_")}
+    obj = transformers.DeepseekV3Config(**cfg)
+    assert layout_from_hf_config(obj).fingerprint == layout_from_hf_config(cfg).fingerprint
+
+
+def test_layout_from_model_path(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(load("mixtral_8x7b")))
+    assert layout_from_model_path(str(tmp_path)) == layout_from_hf_config(load("mixtral_8x7b"))
+
+
+# Fingerprint and wire form -------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_fingerprint_is_stable_and_round_trips(name):
+    a = layout_from_hf_config(load(name))
+    b = layout_from_hf_config(copy.deepcopy(load(name)))
+    assert a.fingerprint == b.fingerprint and len(a.fingerprint) == 16
+
+    wire = json.loads(json.dumps(a.to_dict()))
+    back = ModelLayout.from_dict(wire)
+    assert back == a and back.fingerprint == a.fingerprint
+
+
+def test_fingerprint_changes_with_one_layer_role():
+    a = layout_from_hf_config(load("glm4_7"))
+    layers = list(a.layers)
+    layers[3] = LayerInfo(3, ROLE_DENSE)  # first MoE layer made dense
+    b = ModelLayout(a.architecture, a.num_hidden_layers, tuple(layers))
+    assert b.fingerprint != a.fingerprint
+    # Source-level change too: one more dense layer.
+    c = layout_from_hf_config({**load("glm4_7"), "first_k_dense_replace": 4})
+    assert c.fingerprint == b.fingerprint
+
+
+def test_tampered_fingerprint_is_rejected():
+    d = layout_from_hf_config(load("deepseek_v3")).to_dict()
+    d["layers"][3]["role"] = ROLE_DENSE
+    d["layers"][3]["num_experts"] = d["layers"][3]["topk"] = 0
+    with pytest.raises(LayoutError, match="does not match"):
+        ModelLayout.from_dict(d)
+
+
+# Errors -------------------------------------------------------------------
+
+
+def test_unknown_architecture():
+    with pytest.raises(LayoutError, match="no layout rule for architecture 'LlamaForCausalLM'.*Glm4MoeForCausalLM"):
+        layout_from_hf_config({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32})
+
+
+def test_missing_architectures():
+    with pytest.raises(LayoutError, match="no 'architectures'.*'deepseek_v3'"):
+        layout_from_hf_config({"model_type": "deepseek_v3", "num_hidden_layers": 61})
+
+
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("glm4_5", "first_k_dense_replace"),
+        ("deepseek_v3", "n_routed_experts"),
+        ("qwen3_30b_a3b", "num_experts_per_tok"),
+        ("mixtral_8x7b", "num_local_experts"),
+        ("mimo_7b", "num_hidden_layers"),
+    ],
+)
+def test_missing_key_names_the_key(name, key):
+    cfg = load(name)
+    del cfg[key]
+    with pytest.raises(LayoutError, match=f"{cfg['architectures'][0]} config is missing '{key}'"):
+        layout_from_hf_config(cfg)
+
+
+def test_missing_key_inside_text_config():
+    cfg = load("qwen3_5_35b_a3b")
+    del cfg["text_config"]["num_experts"]
+    with pytest.raises(LayoutError, match="missing 'num_experts'"):
+        layout_from_hf_config(cfg)
+
+
+def test_malformed_wire_layout():
+    with pytest.raises(LayoutError, match="malformed layout"):
+        ModelLayout.from_dict({"architecture": "x", "layers": []})
