@@ -19,7 +19,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
-from server.schemas import CaptureStats, ErrorResponse, LayoutResponse, RoutingOptions
+from server.schemas import CaptureModeRequest, CaptureStats, ErrorResponse, LayoutResponse, RoutingOptions
+from sglang_r3.capture.capturer import CAPTURE_MODE_CODES
 from sglang_r3.capture.transport import decode_payload, to_upstream_routed_experts
 from sglang_r3.layout import ModelLayout, layout_from_hf_config
 from sglang_r3.record import RoutingRecord
@@ -247,6 +248,24 @@ async def generate(request: Request):
 @router.get("/routing/layout", response_model=LayoutResponse, summary="The model's layers by role")
 async def routing_layout():
     return current_layout().to_dict()
+
+
+@router.post(
+    "/routing/capture",
+    responses={400: {"model": ErrorResponse}},
+    summary="Switch capture at runtime: off / main / main+mtp (for overhead measurements)",
+)
+async def routing_capture(body: CaptureModeRequest):
+    from sglang.srt.managers.io_struct import SetInternalStateReq
+
+    code = {v: k for k, v in CAPTURE_MODE_CODES.items()}[body.mode]
+    results = await _state().tokenizer_manager.set_internal_state(
+        SetInternalStateReq(server_args={"sglang_r3_capture": code})
+    )
+    results = results if isinstance(results, list) else [results]
+    if not all(getattr(r, "updated", False) for r in results):
+        return RequestError("the scheduler refused the capture mode change (see server log)", "mode").response()
+    return {"mode": body.mode}
 
 
 @router.get("/routing/stats", response_model=List[CaptureStats], summary="Capture counters per scheduler")

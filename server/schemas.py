@@ -83,6 +83,11 @@ class RoutingRecordSchema(BaseModel):
     mtp: Optional[MtpSection] = None
 
 
+class CaptureModeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["off", "main", "main+mtp"]
+
+
 class CaptureStats(BaseModel):
     model_config = ConfigDict(extra="allow")
     layout: str

@@ -59,6 +59,8 @@ class MtpRouting:
     step: np.ndarray  # uint8 [n]: draft step within its speculation round (0-based)
     accepted: np.ndarray  # bool [n]: whether the token drafted from this forward was accepted
     experts: np.ndarray  # [n, topk]
+    tokens: Optional[np.ndarray] = None  # int32 [n]: token id the draft forward routed
+    rounds: Optional[np.ndarray] = None  # int32 [n]: speculation round (server-wide counter)
 
     @property
     def num_entries(self) -> int:
@@ -74,6 +76,8 @@ class MtpRouting:
             "step": _encode(self.step.astype(np.uint8), binary),
             "accepted": _encode(self.accepted.astype(np.uint8), binary),
             "experts": _encode(self.experts, binary),
+            **({"tokens": _encode(self.tokens.astype(np.int32), binary)} if self.tokens is not None else {}),
+            **({"rounds": _encode(self.rounds.astype(np.int32), binary)} if self.rounds is not None else {}),
         }
 
     @classmethod
@@ -88,6 +92,9 @@ class MtpRouting:
                 "step": _decode(d["step"], np.uint8, "mtp.step"),
                 "accepted": _decode(d["accepted"], np.uint8, "mtp.accepted").astype(bool),
             }
+            for opt, key in (("tokens", "tokens"), ("rounds", "rounds")):
+                if d.get(key) is not None:
+                    cols[opt] = _decode(d[key], np.int32, f"mtp.{key}")
             experts = _decode(d["experts"], _DTYPES[dtype], "mtp.experts")
         except KeyError as e:
             raise RecordError(f"routing.mtp is missing field {e}") from e

@@ -52,6 +52,11 @@ class CaptureStats:
         return d
 
 
+CAPTURE_MODES = ("off", "main", "main+mtp")
+# SGLang's /set_internal_state channel carries numbers only.
+CAPTURE_MODE_CODES = {0: "off", 1: "main", 2: "main+mtp"}
+
+
 class RoutingCapturer:
     """Duck-types SGLang's RoutedExpertsCapturer (capture / on_forward_end / destroy)."""
 
@@ -76,6 +81,21 @@ class RoutingCapturer:
         # Set while a draft (MTP) forward runs; a main capture then is a bug.
         self._draft_depth = threading.local()
         self.draft: Optional["object"] = None  # DraftCapturer, attached by the speculative worker
+        # Runtime switch (benchmarks compare modes inside one server process).
+        self.mode = "main+mtp"
+
+    def set_mode(self, mode: str) -> None:
+        if mode not in CAPTURE_MODES:
+            raise ValueError(f"capture mode {mode!r} is not one of {CAPTURE_MODES}")
+        self.mode = mode
+
+    @property
+    def capture_main(self) -> bool:
+        return self.mode != "off"
+
+    @property
+    def capture_mtp(self) -> bool:
+        return self.mode == "main+mtp"
 
     # -- draft guard -------------------------------------------------------
     @property
@@ -90,6 +110,8 @@ class RoutingCapturer:
 
     # -- SGLang capturer interface ------------------------------------------
     def capture(self, layer_id: int, topk_indices: torch.Tensor) -> None:
+        if not self.capture_main:
+            return
         if self.in_draft_forward:
             self.stats.main_captures_from_draft += 1
             raise CaptureViolation(
@@ -107,6 +129,8 @@ class RoutingCapturer:
         self.staging[:n, col, :] = topk_indices[:, : self.topk]
 
     def on_forward_end(self, forward_batch, can_run_graph=False, cuda_graph_batch=None, no_copy_to_cpu=False):
+        if not self.capture_main:
+            return None
         loc = getattr(forward_batch, "out_cache_loc_virtual", None)
         if loc is None:
             loc = forward_batch.out_cache_loc
@@ -128,9 +152,13 @@ class RoutingCapturer:
 
     def move_rows(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         """Follow a KV move inside a request (tree drafting keeps accepted tokens' KV at new slots)."""
-        src = src_slots.to("cpu").long()
-        dst = dst_slots.to("cpu").long()
-        self.host[dst] = self.host[src].clone()
+        src = src_slots.to("cpu").long().reshape(-1)
+        dst = dst_slots.to("cpu").long().reshape(-1)
+        keep = (src >= 0) & (dst >= 0) & (src != dst)  # -1: sentinel of an unused accept slot
+        if not bool(keep.any()):
+            return
+        src, dst = src[keep], dst[keep]
+        self.host[dst] = self.host[src].clone()  # clone: src and dst ranges may overlap
         self.stats.rows_moved += int(dst.numel())
 
     def host_bytes_per_slot(self) -> int:

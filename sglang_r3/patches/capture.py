@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from sglang_r3.capture import CaptureViolation, RoutingCapturer, encode_payload
+from sglang_r3.capture.capturer import CAPTURE_MODE_CODES
 from sglang_r3.layout import layout_from_hf_config
 
 logger = logging.getLogger(__name__)
@@ -63,11 +64,24 @@ def init_routed_experts_capturer(original, self, *args, **kwargs):
             f"but the loaded model has routers at layers {live}; refusing to capture mislabelled routing"
         )
     num_slots = self.kv_index_translator.capture_token_capacity(self.max_token_pool_size)
-    set_global_experts_capturer(
-        RoutingCapturer(layout, num_slots=num_slots, max_batch_tokens=4096, device=self.device)
-    )
+    cap = RoutingCapturer(layout, num_slots=num_slots, max_batch_tokens=4096, device=self.device)
+    set_global_experts_capturer(cap)
+    _follow_kv_moves(cap, self.token_to_kv_pool)
     logger.info("sglang-r3 capture: %s, %d KV slots", layout.summary(), num_slots)
     return None
+
+
+def _follow_kv_moves(cap: RoutingCapturer, kv_pool) -> None:
+    """Rows are keyed by KV slot, so a KV move (EAGLE tree drafting keeps accepted tokens' KV at
+    new slots, ``move_accept_tokens_to_target_kvcache``) must move the rows with it."""
+    original = kv_pool.move_kv_cache
+
+    def move_kv_cache(tgt_loc, src_loc, *args, **kwargs):
+        out = original(tgt_loc, src_loc, *args, **kwargs)
+        cap.move_rows(src_loc, tgt_loc)
+        return out
+
+    kv_pool.move_kv_cache = move_kv_cache
 
 
 def _init_draft_runner(runner) -> None:
@@ -102,7 +116,7 @@ def capture_routed_experts_if_allowed(topk_config, layer_id, topk_ids) -> None:
                 (topk_ids.shape[0] * 2, *cap.staging.shape[1:]), dtype=cap.staging.dtype, device=cap.staging.device
             )
         cap.capture(layer_id, topk_ids)
-    elif cap.draft is not None:
+    elif cap.draft is not None and cap.capture_mtp:
         cap.draft.capture(topk_config, topk_ids)
 
 
@@ -117,7 +131,7 @@ def maybe_collect_routed_experts(original, self, req):
     rows = cap.rows_for_slots(slots).numpy()
     if rows.dtype == np.int16:
         rows = rows.view(np.uint16)
-    mtp = cap.draft.collect(req) if cap.draft is not None else None
+    mtp = cap.draft.collect(req.kv.req_pool_idx) if cap.draft is not None else None
     payload = encode_payload(start, rows, mtp)
     req.routed_experts = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
     return None
@@ -129,11 +143,32 @@ def get_internal_state(result, self, *args, **kwargs):
         state = result.internal_state
         state["sglang_r3"] = {
             "layout": cap.layout.fingerprint,
+            "mode": cap.mode,
             "host_bytes_per_slot": cap.host_bytes_per_slot(),
             **cap.stats.as_dict(),
             **({"draft": cap.draft.stats()} if cap.draft is not None else {}),
         }
     return result
+
+
+
+
+def update_handlers_after(handlers, self, *args, **kwargs):
+    """Add the ``sglang_r3_capture`` knob to SGLang's /set_internal_state handlers."""
+    from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected, _UpdateHandler
+
+    def validate(key, value):
+        if _capturer() is None:
+            raise UpdateRejected("sglang-r3 capture is not active in this scheduler")
+        if value not in CAPTURE_MODE_CODES:
+            raise UpdateRejected(f"{key} must be one of {CAPTURE_MODE_CODES}, got {value!r}")
+
+    def apply(key, value):
+        _capturer().set_mode(CAPTURE_MODE_CODES[int(value)])
+        return None
+
+    handlers["sglang_r3_capture"] = _UpdateHandler(validate, apply)
+    return handlers
 
 
 _done = False
@@ -150,3 +185,8 @@ def install_capture_patches() -> None:
     HookRegistry.register(f"{_TOPK_MOD}.capture_routed_experts_if_allowed", capture_routed_experts_if_allowed, HookType.REPLACE)
     HookRegistry.register(f"{_BRP}._maybe_collect_routed_experts", maybe_collect_routed_experts, HookType.AROUND)
     HookRegistry.register(f"{_ISC}.get_internal_state", get_internal_state, HookType.AFTER)
+    HookRegistry.register(f"{_ISC}._update_handlers", update_handlers_after, HookType.AFTER)
+
+    from sglang_r3.patches.draft import install_draft_patches
+
+    install_draft_patches()

@@ -1,0 +1,140 @@
+"""Issue 3: MTP speculative decoding with capture.
+
+The default server speculates with the embedded model's MTP layer; the
+nospec server is the same model without speculation. Main rows must be
+identical (verify routing is authoritative), draft routing must only appear in
+the tagged ``mtp`` section, and no draft forward may ever write a main row.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.routing_http import TIMEOUT, flush_cache, full_ids, generate, greedy, record_of
+
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Speculative decoding with MTP",
+    "x",
+    "Routing replay for mixture-of-experts models keeps rollout and training in agreement.",
+]
+
+
+def ids(text: str):
+    return list(text.encode())
+
+
+def stats(url):
+    (s,) = httpx.get(url + "/routing/stats", timeout=TIMEOUT).json()
+    return s
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_spec_and_nonspec_agree_on_tokens_and_main_rows(routing_server, nospec_server, prompt):
+    spec = greedy(routing_server, 32, input_ids=ids(prompt), return_routing=True)
+    base = greedy(nospec_server, 32, input_ids=ids(prompt), return_routing=True)
+    assert spec["output_ids"] == base["output_ids"]
+    rs, rb = record_of(spec), record_of(base)
+    assert rs.num_tokens == len(ids(prompt)) + len(spec["output_ids"]) - 1
+    np.testing.assert_array_equal(rs.experts, rb.experts)
+
+
+def test_default_server_really_speculates(routing_server):
+    out = greedy(routing_server, 64, text="An ordinary prompt about the weather today", return_routing=True)
+    meta = out["meta_info"]
+    assert meta["spec_accept_length"] >= 1.5, meta
+    assert len(out["output_ids"]) == 64
+
+
+def test_teacher_forced_fidelity_with_speculation(routing_server):
+    prompt = ids("Teacher forcing under speculation: ")
+    gen = greedy(routing_server, 40, input_ids=prompt, return_routing=True)
+    seq = full_ids(gen, prompt)
+    flush_cache(routing_server)
+    forced = greedy(routing_server, 1, input_ids=seq, return_routing=True)
+    assert forced["meta_info"]["cached_tokens"] == 0
+    np.testing.assert_array_equal(record_of(forced).experts[: len(seq) - 1], record_of(gen).experts)
+
+
+def test_batched_spec_matches_nonspec(routing_server, nospec_server):
+    spec = greedy(routing_server, 24, text=PROMPTS, return_routing=True)
+    base = greedy(nospec_server, 24, text=PROMPTS, return_routing=True)
+    for s, b in zip(spec, base):
+        assert s["output_ids"] == b["output_ids"]
+        np.testing.assert_array_equal(record_of(s).experts, record_of(b).experts)
+
+
+def test_concurrent_spec_requests_match_nonspec(routing_server, nospec_server):
+    prompts = [f"concurrent request number {i}: " for i in range(6)]
+
+    def run(url, p):
+        return greedy(url, 20, input_ids=ids(p), return_routing=True)
+
+    with cf.ThreadPoolExecutor(6) as pool:
+        spec = list(pool.map(lambda p: run(routing_server, p), prompts))
+    base = [run(nospec_server, p) for p in prompts]
+    for s, b in zip(spec, base):
+        assert s["output_ids"] == b["output_ids"]
+        np.testing.assert_array_equal(record_of(s).experts, record_of(b).experts)
+
+
+def _check_mtp_marks(seq, mtp, start_main_rows):
+    """Every accepted draft entry routed a token that is in the sequence; rejections are monotone per round."""
+    assert mtp.tokens is not None and mtp.rounds is not None
+    for i in range(mtp.num_entries):
+        p, tok, step, ok = int(mtp.positions[i]), int(mtp.tokens[i]), int(mtp.step[i]), bool(mtp.accepted[i])
+        # An MTP forward at position p consumes the hidden state of token p and the embedding of token p+1.
+        if ok:
+            assert p + 1 < len(seq) and seq[p + 1] == tok, (i, p, tok, step)
+    for r in np.unique(mtp.rounds[mtp.step > 0]):
+        sel = (mtp.rounds == r) & (mtp.step > 0)
+        order = np.argsort(mtp.step[sel], kind="stable")
+        acc = mtp.accepted[sel][order]
+        # once a draft is rejected, every later draft of the round is rejected
+        assert not np.any(acc[1:] & ~acc[:-1]), acc
+
+
+def test_mtp_section_greedy(routing_server):
+    prompt = ids("MTP section, greedy: ")
+    out = greedy(routing_server, 32, input_ids=prompt, return_routing={"mtp": True})
+    rec = record_of(out)
+    assert rec.mtp is not None and rec.mtp.num_entries > 0
+    seq = full_ids(out, prompt)
+    _check_mtp_marks(seq, rec.mtp, rec.start)
+    assert set(np.unique(rec.mtp.depth)) == {1}
+    assert rec.mtp.step.max() >= 1  # draft-decode forwards, not only draft-extend
+    assert rec.mtp.accepted[rec.mtp.step > 0].any()
+    assert rec.mtp.experts.max() < 16
+    # main rows are unaffected by asking for the MTP section
+    plain = greedy(routing_server, 32, input_ids=prompt, return_routing=True)
+    assert plain["meta_info"]["routing"].get("mtp") is None
+    np.testing.assert_array_equal(record_of(plain).experts, rec.experts)
+
+
+def test_mtp_section_marks_rejected_drafts(routing_server):
+    """Sampling makes the target disagree with the greedy draft often: both marks must show up, correctly."""
+    prompt = ids("Sampling rejects drafts: ")
+    out = generate(
+        routing_server,
+        input_ids=prompt,
+        sampling_params={"temperature": 1.5, "max_new_tokens": 48, "sampling_seed": 7},
+        return_routing={"mtp": True},
+    )
+    rec = record_of(out)
+    seq = full_ids(out, prompt)
+    assert rec.num_tokens == len(seq) - 1
+    drafted = rec.mtp.step > 0
+    assert rec.mtp.accepted[drafted].any() and (~rec.mtp.accepted[drafted]).any()
+    _check_mtp_marks(seq, rec.mtp, rec.start)
+
+
+def test_no_main_row_was_written_by_a_draft_forward(routing_server):
+    greedy(routing_server, 16, input_ids=ids("guard check"), return_routing={"mtp": True})
+    s = stats(routing_server)
+    assert s["draft"]["forwards"] > 0 and s["draft"]["entries"] > 0  # draft forwards ran and were captured apart
+    assert s["main_captures_from_draft"] == 0
+    assert s["unknown_layer_captures"] == 0
