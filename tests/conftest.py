@@ -27,6 +27,9 @@ class _Servers:
         self._procs = {}
 
     def get(self, name: str) -> ServerProcess:
+        # For development: reuse a server you already run (e.g. SGLANG_R3_TEST_URL_NOSPEC=http://127.0.0.1:31501).
+        if url := os.environ.get(f"SGLANG_R3_TEST_URL_{name.upper()}"):
+            return _Running(url)
         if name not in self._procs:
             # Start every server not yet running, then wait: startups overlap.
             for n, flags in SERVER_FLAGS.items():
@@ -38,6 +41,11 @@ class _Servers:
     def stop_all(self):
         for p in self._procs.values():
             p.stop()
+
+
+class _Running:
+    def __init__(self, url):
+        self.url = url
 
 
 @pytest.fixture(scope="session")

@@ -41,8 +41,6 @@ class CaptureStats:
     main_rows_written: int = 0
     main_captures_from_draft: int = 0  # must stay 0: checked by tests through /routing/stats
     unknown_layer_captures: int = 0
-    draft_forwards: int = 0
-    draft_entries: int = 0
     rows_moved: int = 0
     extra: Dict[str, int] = field(default_factory=dict)
 

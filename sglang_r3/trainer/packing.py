@@ -1,0 +1,121 @@
+"""Lay per-sample routing rows out the way slime lays out the training tokens.
+
+Mirrors slime (backends/megatron_utils/cp_utils.py,
+prepare_routed_experts_for_routing_replay): each sample's T-1 rows get one pad
+row (the last token's routing is never used for loss), each sample is sliced
+for context parallelism (two mirrored chunks per CP rank, "thd"), samples are
+packed, the pack is padded to a multiple of tp_size * data_pad_size_multiplier,
+and sequence parallelism keeps this TP rank's contiguous slice. Pad rows hold
+slime's arange % num_experts pattern so they are valid, distinct expert ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    tp_size: int = 1
+    tp_rank: int = 0
+    cp_size: int = 1
+    cp_rank: int = 0
+    sequence_parallel: bool = False
+    data_pad_size_multiplier: int = 1  # slime's --data-pad-size-multiplier
+    allgather_cp: bool = False  # slime's --allgather-cp: pack first, then split evenly over CP
+
+    @classmethod
+    def from_megatron(
+        cls,
+        sequence_parallel: Optional[bool] = None,
+        data_pad_size_multiplier: int = 1,
+        allgather_cp: bool = False,
+        config: Any = None,
+    ) -> "TokenLayout":
+        """This rank's layout from megatron's parallel_state (sizes 1 when it is not initialised)."""
+        from megatron.core import parallel_state as ps
+
+        if sequence_parallel is None:
+            sequence_parallel = bool(getattr(config, "sequence_parallel", False))
+        if not ps.model_parallel_is_initialized():
+            return cls(sequence_parallel=sequence_parallel, data_pad_size_multiplier=data_pad_size_multiplier)
+        return cls(
+            tp_size=ps.get_tensor_model_parallel_world_size(),
+            tp_rank=ps.get_tensor_model_parallel_rank(),
+            cp_size=ps.get_context_parallel_world_size(),
+            cp_rank=ps.get_context_parallel_rank(),
+            sequence_parallel=sequence_parallel,
+            data_pad_size_multiplier=data_pad_size_multiplier,
+            allgather_cp=allgather_cp,
+        )
+
+
+@dataclass(frozen=True)
+class PackedRows:
+    experts: np.ndarray  # int64 [rows on this rank, layers, topk]
+    real: np.ndarray  # bool [rows]: True where the row is a record row, False for padding
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.experts.shape[0])
+
+
+def _pad_rows(x: np.ndarray, pad: int, num_experts: int) -> np.ndarray:
+    if pad <= 0:
+        return x
+    _, layers, topk = x.shape
+    fill = (np.arange(pad * layers * topk, dtype=np.int64) % num_experts).reshape(pad, layers, topk)
+    return np.concatenate([x, fill.astype(x.dtype)], axis=0)
+
+
+def _pad_mask(m: np.ndarray, pad: int) -> np.ndarray:
+    return np.concatenate([m, np.zeros(pad, dtype=bool)]) if pad > 0 else m
+
+
+def _cp_slice(x: np.ndarray, pad_fn: Callable[[np.ndarray, int], np.ndarray], cp_size: int, cp_rank: int) -> np.ndarray:
+    if cp_size == 1:
+        return x
+    chunk = (len(x) + 2 * cp_size - 1) // (2 * cp_size)
+    x = pad_fn(x, 2 * cp_size * chunk - len(x))
+    a = x[chunk * cp_rank : chunk * (cp_rank + 1)]
+    b = x[chunk * (2 * cp_size - cp_rank - 1) : chunk * (2 * cp_size - cp_rank)]
+    return np.concatenate([a, b], axis=0)
+
+
+def pack_rows(per_sample: Sequence[np.ndarray], num_experts: int, layout: TokenLayout = TokenLayout()) -> PackedRows:
+    """per_sample[i]: [T_i - 1, layers, topk] -> this rank's rows of the packed microbatch."""
+    if not per_sample:
+        raise ValueError("pack_rows needs at least one sample")
+    rows = [np.asarray(r).astype(np.int64, copy=False) for r in per_sample]
+    masks = [np.ones(len(r), dtype=bool) for r in rows]
+    pad_x = lambda x, n: _pad_rows(x, n, num_experts)  # noqa: E731
+
+    rows = [pad_x(r, 1) for r in rows]
+    masks = [_pad_mask(m, 1) for m in masks]
+    pad_size = layout.tp_size * layout.data_pad_size_multiplier
+
+    def pack(xs: List[np.ndarray], ms: List[np.ndarray], multiple: int) -> Tuple[np.ndarray, np.ndarray]:
+        x, m = np.concatenate(xs, axis=0), np.concatenate(ms)
+        pad = (multiple - len(x) % multiple) % multiple
+        return pad_x(x, pad), _pad_mask(m, pad)
+
+    if layout.allgather_cp:
+        x, m = pack(rows, masks, layout.cp_size * pad_size)
+        x = np.array_split(x, layout.cp_size)[layout.cp_rank]
+        m = np.array_split(m, layout.cp_size)[layout.cp_rank]
+    else:
+        rows = [_cp_slice(r, pad_x, layout.cp_size, layout.cp_rank) for r in rows]
+        masks = [_cp_slice(mm, _pad_mask, layout.cp_size, layout.cp_rank) for mm in masks]
+        x, m = pack(rows, masks, pad_size)
+
+    if layout.sequence_parallel and layout.tp_size > 1:
+        n = len(x)
+        if n % layout.tp_size:
+            raise ValueError(f"{n} packed rows do not split over tp_size={layout.tp_size}")
+        per = n // layout.tp_size
+        x = x[per * layout.tp_rank : per * (layout.tp_rank + 1)]
+        m = m[per * layout.tp_rank : per * (layout.tp_rank + 1)]
+    return PackedRows(experts=np.ascontiguousarray(x), real=m)
