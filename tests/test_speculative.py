@@ -115,21 +115,43 @@ def test_mtp_section_greedy(routing_server):
     np.testing.assert_array_equal(record_of(plain).experts, rec.experts)
 
 
+# The draft proposes the unbiased argmax; the target's verify applies the request's logit_bias, so every
+# draft of a banned token is rejected. (SGLang 0.5.23 verifies greedily on CPU even when sampling, so
+# temperature alone cannot produce rejections here.)
+BAN_EVERY_THIRD = {str(i): -100.0 for i in range(0, 256, 3)}
+
+
 def test_mtp_section_marks_rejected_drafts(routing_server):
-    """Sampling makes the target disagree with the greedy draft often: both marks must show up, correctly."""
-    prompt = ids("Sampling rejects drafts: ")
-    out = generate(
-        routing_server,
-        input_ids=prompt,
-        sampling_params={"temperature": 1.5, "max_new_tokens": 48, "sampling_seed": 7},
-        return_routing={"mtp": True},
-    )
+    prompt = ids("Rejected drafts: ")
+    out = greedy(routing_server, 40, input_ids=prompt, sampling_params={"logit_bias": BAN_EVERY_THIRD},
+                 return_routing={"mtp": True})
     rec = record_of(out)
     seq = full_ids(out, prompt)
     assert rec.num_tokens == len(seq) - 1
     drafted = rec.mtp.step > 0
     assert rec.mtp.accepted[drafted].any() and (~rec.mtp.accepted[drafted]).any()
     _check_mtp_marks(seq, rec.mtp, rec.start)
+    # a rejected draft routed a token that is not the one the sequence has there
+    rejected = drafted & ~rec.mtp.accepted
+    first_rejections = [
+        i for i in np.flatnonzero(rejected)
+        if not (rejected & (rec.mtp.rounds == rec.mtp.rounds[i]) & (rec.mtp.step < rec.mtp.step[i])).any()
+    ]
+    assert first_rejections
+    for i in first_rejections:
+        p = int(rec.mtp.positions[i])
+        assert p + 1 >= len(seq) or seq[p + 1] != int(rec.mtp.tokens[i])
+
+
+def test_rejections_leave_main_rows_equal_to_nonspec(routing_server, nospec_server):
+    """Verify routing of rejected drafts is overwritten by later verifies; only accepted tokens keep rows."""
+    for prompt in PROMPTS[:2]:
+        body = dict(input_ids=ids(prompt), sampling_params={"logit_bias": BAN_EVERY_THIRD}, return_routing=True)
+        spec = greedy(routing_server, 40, **body)
+        base = greedy(nospec_server, 40, **body)
+        assert spec["meta_info"]["spec_accept_length"] < 3.9  # drafts really were rejected
+        assert spec["output_ids"] == base["output_ids"]
+        np.testing.assert_array_equal(record_of(spec).experts, record_of(base).experts)
 
 
 def test_no_main_row_was_written_by_a_draft_forward(routing_server):

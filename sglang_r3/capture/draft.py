@@ -120,10 +120,17 @@ class DraftCapturer:
         for p in req_pool_indices:
             self._by_req.pop(int(p), None)
 
-    def collect(self, req_pool_idx: int) -> Optional[MtpRouting]:
+    def collect(self, req_pool_idx: int, seqlen: int) -> Optional[MtpRouting]:
+        """Pop a finished request's entries. ``seqlen``: tokens of the returned sequence.
+
+        A verify can accept tokens past a stop (max_new_tokens, a stop string) that
+        the response then trims; their entries are kept but marked not accepted.
+        """
         chunks = self._by_req.pop(int(req_pool_idx), [])
         if not chunks:
             return None
+        for c in chunks:
+            c.accepted &= c.positions + 1 < seqlen
         cat = lambda f: np.concatenate([getattr(c, f) for c in chunks])  # noqa: E731
         n = [len(c.positions) for c in chunks]
         return MtpRouting(

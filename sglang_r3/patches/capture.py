@@ -131,7 +131,7 @@ def maybe_collect_routed_experts(original, self, req):
     rows = cap.rows_for_slots(slots).numpy()
     if rows.dtype == np.int16:
         rows = rows.view(np.uint16)
-    mtp = cap.draft.collect(req.kv.req_pool_idx) if cap.draft is not None else None
+    mtp = cap.draft.collect(req.kv.req_pool_idx, seqlen) if cap.draft is not None else None
     payload = encode_payload(start, rows, mtp)
     req.routed_experts = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
     return None
