@@ -23,7 +23,7 @@ from server.schemas import CaptureModeRequest, CaptureStats, ErrorResponse, Layo
 from sglang_r3.capture.capturer import CAPTURE_MODE_CODES
 from sglang_r3.capture.transport import decode_payload, to_upstream_routed_experts
 from sglang_r3.layout import ModelLayout, layout_from_hf_config
-from sglang_r3.record import RoutingRecord
+from sglang_r3.record import RoutingRecord, bits_for
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,8 @@ def attach_routing(out: Dict[str, Any], opts: RoutingOptions, layout: ModelLayou
             experts=captured.experts,
             mtp=captured.mtp if opts.want_mtp else None,
         )
-        meta["routing"] = record.to_wire(binary=binary)
+        # msgpack: ids bit-packed at ceil(log2(num_experts)) bits ("packing" field; from_wire reads it).
+        meta["routing"] = record.to_wire(binary=binary, pack_bits=bits_for(layout.num_experts) if binary else None)
     if opts.return_routed_experts:
         upstream = to_upstream_routed_experts(captured, layout.num_hidden_layers, layout.moe_layer_ids)
         meta["routed_experts"] = base64.b64encode(upstream.tobytes()).decode("ascii")
@@ -263,7 +264,8 @@ async def routing_capture(body: CaptureModeRequest):
         SetInternalStateReq(server_args={"sglang_r3_capture": code})
     )
     results = results if isinstance(results, list) else [results]
-    if not all(getattr(r, "updated", False) for r in results):
+    # TokenizerManager answers plain bools (one per scheduler).
+    if not all(r if isinstance(r, bool) else getattr(r, "updated", False) for r in results):
         return RequestError("the scheduler refused the capture mode change (see server log)", "mode").response()
     return {"mode": body.mode}
 

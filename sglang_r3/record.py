@@ -7,16 +7,23 @@ optional ``mtp`` section holds MTP-draft routing, kept apart so it can never be
 mistaken for main rows.
 
 Two wire forms of the same dict: JSON (arrays as base64) and msgpack (arrays
-as raw bytes).
+as raw bytes). The binary form may also bit-pack expert ids at
+``bits_for(num_experts)`` bits each (7 bits for 128 experts instead of 8),
+signalled by ``"packing": {"bits": b}`` next to ``experts``; ``from_wire``
+reads both. The JSON form never packs: its contract is plain uint8/uint16.
 """
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+
+try:  # SIMD base64 (a dependency of sglang); ~10x the stdlib on large records
+    from pybase64 import b64decode as _b64decode, b64encode as _b64encode
+except ImportError:  # pragma: no cover
+    from base64 import b64decode as _b64decode, b64encode as _b64encode
 
 _DTYPES = {"uint8": np.uint8, "uint16": np.uint16, "int32": np.int32}
 
@@ -29,15 +36,84 @@ def dtype_for(num_experts: int) -> str:
     return "uint8" if num_experts <= 256 else "uint16"
 
 
+def bits_for(num_experts: int) -> int:
+    """Bits that hold every id of ``num_experts`` experts: ceil(log2(num_experts)), at least 1."""
+    return max(1, (int(num_experts) - 1).bit_length())
+
+
+def pack_ids(ids: np.ndarray, bits: int) -> bytes:
+    """Row-major ids (uint8/uint16) as a big-endian bit stream, ``bits`` per id, zero-padded to a byte."""
+    flat = np.ascontiguousarray(ids).reshape(-1)
+    width = 8 * flat.dtype.itemsize
+    if flat.dtype.kind != "u" or not 1 <= bits <= width:
+        raise RecordError(f"cannot pack {flat.dtype} ids at {bits} bits")
+    if flat.size and int(flat.max()) >> bits:
+        raise RecordError(f"expert id {int(flat.max())} does not fit in {bits} bits")
+    if bits == width:
+        return flat.astype(flat.dtype.newbyteorder(">"), copy=False).tobytes()
+    # Flat unpack/pack (no per-row axis loops): [n, width] bit matrix, keep the low `bits` columns.
+    big = flat.astype(flat.dtype.newbyteorder(">"), copy=False).view(np.uint8)
+    bitmat = np.unpackbits(big).reshape(flat.size, width)[:, width - bits :]
+    return np.packbits(bitmat.reshape(-1)).tobytes()
+
+
+def unpack_ids(raw: bytes, count: int, bits: int, dtype, field: str = "experts") -> np.ndarray:
+    """Inverse of ``pack_ids``: ``count`` ids of ``bits`` bits -> flat array of ``dtype``."""
+    dt = np.dtype(dtype)
+    width = 8 * dt.itemsize
+    if not 1 <= bits <= width:
+        raise RecordError(f"routing field {field!r}: packing.bits={bits} does not fit {dt}")
+    need = (count * bits + 7) // 8
+    if len(raw) != need:
+        raise RecordError(f"routing field {field!r}: {len(raw)} bytes, expected {need} for {count} ids at {bits} bits")
+    src = np.frombuffer(raw, dtype=np.uint8)
+    if bits == width:
+        return src.view(dt.newbyteorder(">")).astype(dt)
+    bitmat = np.zeros((count, width), dtype=np.uint8)
+    bitmat[:, width - bits :] = np.unpackbits(src, count=count * bits).reshape(count, bits)
+    return np.packbits(bitmat.reshape(-1)).view(dt.newbyteorder(">")).astype(dt)
+
+
+def _packing_bits(d: Mapping[str, Any], field: str) -> Optional[int]:
+    p = d.get("packing")
+    if p is None:
+        return None
+    try:
+        return int(p["bits"])
+    except (KeyError, TypeError, ValueError):
+        raise RecordError(f"routing field {field!r}: packing must be {{'bits': int}}, got {p!r}") from None
+
+
+def _encode_ids(arr: np.ndarray, binary: bool, bits: Optional[int]) -> Dict[str, Any]:
+    """``experts`` (plus ``packing`` when bit-packed) of a wire dict."""
+    if bits is None:
+        return {"experts": _encode(arr, binary)}
+    if not binary:
+        raise RecordError("bit packing is for the binary (msgpack) form only; JSON keeps plain uint8/uint16")
+    return {"experts": pack_ids(arr, bits), "packing": {"bits": int(bits)}}
+
+
+def _decode_ids(d: Mapping[str, Any], dtype, count: int, field: str) -> np.ndarray:
+    bits = _packing_bits(d, field)
+    if bits is None:
+        return _decode(d["experts"], dtype, field)
+    value = d["experts"]
+    if isinstance(value, str):  # tolerated: packed bytes carried as base64
+        value = _decode(value, np.uint8, field).tobytes()
+    elif not isinstance(value, (bytes, bytearray, memoryview)):
+        raise RecordError(f"routing field {field!r} must be bytes when packed, got {type(value).__name__}")
+    return unpack_ids(bytes(value), count, bits, dtype, field)
+
+
 def _encode(arr: np.ndarray, binary: bool):
     raw = np.ascontiguousarray(arr).tobytes()
-    return raw if binary else base64.b64encode(raw).decode("ascii")
+    return raw if binary else _b64encode(raw).decode("ascii")
 
 
 def _decode(value: Any, dtype, field: str) -> np.ndarray:
     if isinstance(value, str):
         try:
-            raw = base64.b64decode(value.encode("ascii"), validate=True)
+            raw = _b64decode(value.encode("ascii"), validate=True)
         except (ValueError, UnicodeEncodeError) as e:
             raise RecordError(f"routing field {field!r} is not valid base64: {e}") from e
     elif isinstance(value, (bytes, bytearray, memoryview)):
@@ -66,7 +142,8 @@ class MtpRouting:
     def num_entries(self) -> int:
         return int(self.positions.shape[0])
 
-    def to_wire(self, binary: bool = False) -> Dict[str, Any]:
+    def to_wire(self, binary: bool = False, pack_bits: Optional[int] = None) -> Dict[str, Any]:
+        """pack_bits: bit-pack the expert ids at this width (binary form only; see ``bits_for``)."""
         return {
             "num_entries": self.num_entries,
             "topk": int(self.experts.shape[1]) if self.experts.ndim == 2 else 0,
@@ -75,7 +152,7 @@ class MtpRouting:
             "depth": _encode(self.depth.astype(np.uint8), binary),
             "step": _encode(self.step.astype(np.uint8), binary),
             "accepted": _encode(self.accepted.astype(np.uint8), binary),
-            "experts": _encode(self.experts, binary),
+            **_encode_ids(self.experts, binary, pack_bits),
             **({"tokens": _encode(self.tokens.astype(np.int32), binary)} if self.tokens is not None else {}),
             **({"rounds": _encode(self.rounds.astype(np.int32), binary)} if self.rounds is not None else {}),
         }
@@ -95,7 +172,7 @@ class MtpRouting:
             for opt, key in (("tokens", "tokens"), ("rounds", "rounds")):
                 if d.get(key) is not None:
                     cols[opt] = _decode(d[key], np.int32, f"mtp.{key}")
-            experts = _decode(d["experts"], _DTYPES[dtype], "mtp.experts")
+            experts = _decode_ids(d, _DTYPES[dtype], n * topk, "mtp.experts")
         except KeyError as e:
             raise RecordError(f"routing.mtp is missing field {e}") from e
         for name, col in cols.items():
@@ -122,7 +199,12 @@ class RoutingRecord:
     def topk(self) -> int:
         return int(self.experts.shape[2])
 
-    def to_wire(self, binary: bool = False) -> Dict[str, Any]:
+    def to_wire(self, binary: bool = False, pack_bits: Optional[int] = None) -> Dict[str, Any]:
+        """binary: arrays as raw bytes (msgpack) instead of base64 (JSON).
+
+        pack_bits: binary form only -- bit-pack expert ids at this width (``bits_for(num_experts)``);
+        the dict then carries ``"packing": {"bits": pack_bits}``. ``dtype`` stays the unpacked dtype.
+        """
         d = {
             "layout": self.layout,
             "start": int(self.start),
@@ -130,10 +212,10 @@ class RoutingRecord:
             "layers": [int(x) for x in self.layers],
             "topk": self.topk,
             "dtype": str(self.experts.dtype),
-            "experts": _encode(self.experts, binary),
+            **_encode_ids(self.experts, binary, pack_bits),
         }
         if self.mtp is not None:
-            d["mtp"] = self.mtp.to_wire(binary)
+            d["mtp"] = self.mtp.to_wire(binary, pack_bits)
         return d
 
     @classmethod
@@ -145,7 +227,8 @@ class RoutingRecord:
             start, n, topk = int(d["start"]), int(d["num_tokens"]), int(d["topk"])
             layers = tuple(int(x) for x in d["layers"])
             dtype = str(d["dtype"])
-            blob = d["experts"]
+            if "experts" not in d:
+                raise KeyError("experts")
         except KeyError as e:
             raise RecordError(f"routing record is missing field {e}") from e
         except (TypeError, ValueError) as e:
@@ -154,8 +237,8 @@ class RoutingRecord:
             raise RecordError(f"routing.dtype {dtype!r} is not one of {sorted(_DTYPES)}")
         if start < 0 or n < 0 or topk <= 0:
             raise RecordError(f"routing record has start={start}, num_tokens={n}, topk={topk}")
-        flat = _decode(blob, _DTYPES[dtype], "experts")
         expected = n * len(layers) * topk
+        flat = _decode_ids(d, _DTYPES[dtype], expected, "experts")
         if flat.size != expected:
             raise RecordError(
                 f"routing.experts holds {flat.size} ids, but num_tokens={n} x layers={len(layers)} x topk={topk} = {expected}"

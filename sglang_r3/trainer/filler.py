@@ -77,10 +77,8 @@ class ReplayFiller:
         from megatron.core.transformer.moe.router_replay import RouterReplayAction
 
         packed = self.pack(records, tokens)  # raises before any router is touched
-        targets = [
-            torch.from_numpy(np.ascontiguousarray(packed.experts[:, self._columns[s.layer_id], :]))
-            for s in self.decoder_sites
-        ]
+        per_layer = packed.layer_tensors()
+        targets = [per_layer[self._columns[s.layer_id]] for s in self.decoder_sites]
         for s, t in zip(self.decoder_sites, targets):
             rr = s.router.router_replay
             rr.set_target_indices(t)  # also queued for backward recomputation

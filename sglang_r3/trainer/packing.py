@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 
 
 @dataclass(frozen=True)
@@ -55,12 +56,28 @@ class TokenLayout:
 
 @dataclass(frozen=True)
 class PackedRows:
-    experts: np.ndarray  # int64 [rows on this rank, layers, topk]
+    experts: np.ndarray  # [rows on this rank, layers, topk], the records' compact dtype (uint8/uint16)
     real: np.ndarray  # bool [rows]: True where the row is a record row, False for padding
 
     @property
     def num_rows(self) -> int:
         return int(self.experts.shape[0])
+
+    def layer_tensors(self) -> List[torch.Tensor]:
+        """One contiguous int64 [rows, topk] tensor per layer column, as RouterReplay takes them.
+
+        The row-major block is transposed to layer-major moving each (row, layer) group of topk ids
+        as one machine word, then widened to int64 in a single pass: for a 32k-token GLM-4.5 sample
+        this is several times faster than slicing a widened block per layer.
+        """
+        e = self.experts
+        rows, layers, topk = e.shape
+        group = topk * e.itemsize
+        word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(group, np.dtype((np.void, group)))
+        layer_major = e.reshape(rows, layers * topk).view(word).T
+        out = np.empty((layers, rows, topk), dtype=np.int64)
+        out[...] = np.ascontiguousarray(layer_major).view(e.dtype).reshape(layers, rows, topk)
+        return list(torch.from_numpy(out).unbind(0))
 
 
 def _pad_rows(x: np.ndarray, pad: int, num_experts: int) -> np.ndarray:
@@ -89,7 +106,9 @@ def pack_rows(per_sample: Sequence[np.ndarray], num_experts: int, layout: TokenL
     """per_sample[i]: [T_i - 1, layers, topk] -> this rank's rows of the packed microbatch."""
     if not per_sample:
         raise ValueError("pack_rows needs at least one sample")
-    rows = [np.asarray(r).astype(np.int64, copy=False) for r in per_sample]
+    # Stay in the records' compact dtype until the per-layer int64 tensors are made (layer_tensors).
+    dtype = np.result_type(*[np.asarray(r).dtype for r in per_sample])
+    rows = [np.ascontiguousarray(r, dtype=dtype) for r in per_sample]
     masks = [np.ones(len(r), dtype=bool) for r in rows]
     pad_x = lambda x, n: _pad_rows(x, n, num_experts)  # noqa: E731
 
