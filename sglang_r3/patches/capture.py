@@ -35,10 +35,17 @@ _ISC = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInterna
 
 
 def _capturer():
-    from sglang.srt.state_capturer.routed_experts import get_global_experts_capturer
-
-    cap = get_global_experts_capturer()
+    # Called for every router of every forward: no imports on this path.
+    cap = _get_resources().experts_capturer
     return cap if isinstance(cap, RoutingCapturer) else None
+
+
+def _get_resources():
+    global _get_resources
+    from sglang.srt.runtime_context import get_resources
+
+    _get_resources = get_resources
+    return get_resources()
 
 
 def _router_layer_ids(model) -> list:
