@@ -1,17 +1,15 @@
 """CPU-only patches that let SGLang 0.5.23 run MTP/EAGLE speculative decoding.
 
-Patch list (all inert unless the process runs on CPU; installing twice is a no-op):
-1. spec_ops: registers torch implementations of the sgl-kernel ``*_cpu`` ops the
-   CPU speculative/KV path calls (``torch.ops.sgl_kernel.verify_tree_greedy_cpu``,
-   ``build_tree_kernel_efficient_cpu``, ``assign_*_cpu``, ``fill_*_cpu``,
-   ``build_draft_decode_metadata_cpu``, ``rotate_input_ids_cpu``,
-   ``reconstruct_indices_from_tree_mask_cpu``, ``copy_all_layer_kv_cache_cpu``);
-   the CUDA wheel of sgl-kernel only ships them in its CPU build.
-2. attention (HookRegistry AROUND hooks): ``TorchNativeAttnBackend.forward_extend``
-   gains TARGET_VERIFY (chain-causal or tree-masked draft rows over the prefix),
-   ``.forward_decode`` multi-step draft decode, and
-   ``DraftBackendFactory._create_backend`` a ``torch_native`` draft backend.
-3. cuda_shims: ``torch.cuda.synchronize``/``empty_cache`` become no-ops without CUDA.
+1. spec_ops: torch.library implementations of the ``torch.ops.sgl_kernel.*_cpu`` ops the
+   CPU speculative/KV path calls (verify_tree_greedy, build_tree_kernel_efficient,
+   assign_{req_to_token_pool,extend_cache_locs,draft_cache_locs_contiguous}, fill_{bonus_tokens,
+   accept_out_cache_loc}, build_draft_decode_metadata, rotate_input_ids,
+   reconstruct_indices_from_tree_mask, copy_all_layer_kv_cache); the CUDA wheel lacks them.
+2. attention (HookRegistry AROUND): TorchNativeAttnBackend.forward_extend gains TARGET_VERIFY,
+   .forward_decode multi-step draft decode, DraftBackendFactory._create_backend a torch_native
+   draft backend (DRAFT_EXTEND_V2 already works through the stock extend path).
+3. cuda_shims: torch.cuda.synchronize/empty_cache are no-ops without CUDA.
+Everything is skipped when CUDA is available; installing twice is a no-op.
 """
 
 from __future__ import annotations
