@@ -19,6 +19,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 SERVER_FLAGS = {
     "spec": [],  # no flags: exactly what `python -m sglang_r3.launch_server` serves
     "nospec": ["--disable-speculation"],
+    # EAGLE tree drafting (topk 2): accepted tokens' KV is moved, and rows must follow it.
+    "tree": ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+             "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "4"],
 }
 
 
@@ -65,3 +68,9 @@ def routing_server(_servers) -> str:
 def nospec_server(_servers) -> str:
     """Base URL of the embedded model served with --disable-speculation."""
     return _servers.get("nospec").url
+
+
+@pytest.fixture(scope="session")
+def tree_server(_servers) -> str:
+    """Base URL of the embedded model with EAGLE tree drafting (topk 2)."""
+    return _servers.get("tree").url

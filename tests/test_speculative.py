@@ -160,3 +160,18 @@ def test_no_main_row_was_written_by_a_draft_forward(routing_server):
     assert s["draft"]["forwards"] > 0 and s["draft"]["entries"] > 0  # draft forwards ran and were captured apart
     assert s["main_captures_from_draft"] == 0
     assert s["unknown_layer_captures"] == 0
+
+
+def test_tree_drafting_matches_nonspec_and_rows_follow_kv_moves(tree_server, nospec_server):
+    """topk > 1: SGLang moves accepted tokens' KV inside the request's slots; captured rows must move too."""
+    moves_before = stats(tree_server)["kv_moves"]
+    for prompt in PROMPTS[:3]:
+        for extra in ({}, {"logit_bias": BAN_EVERY_THIRD}):
+            body = dict(input_ids=ids(prompt), sampling_params=dict(extra), return_routing=True)
+            tree = greedy(tree_server, 40, **body)
+            base = greedy(nospec_server, 40, **body)
+            assert tree["output_ids"] == base["output_ids"]
+            np.testing.assert_array_equal(record_of(tree).experts, record_of(base).experts)
+    # SGLang's accepted-path KV moves reached the capturer (which moves rows whenever a slot changes;
+    # tests/test_kv_move.py drives that with moves that do change slots).
+    assert stats(tree_server)["kv_moves"] > moves_before

@@ -41,7 +41,8 @@ class CaptureStats:
     main_rows_written: int = 0
     main_captures_from_draft: int = 0  # must stay 0: checked by tests through /routing/stats
     unknown_layer_captures: int = 0
-    rows_moved: int = 0
+    kv_moves: int = 0  # KV-move calls seen (tree drafting)
+    rows_moved: int = 0  # rows that actually changed slot
     extra: Dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> Dict[str, int]:
@@ -150,6 +151,7 @@ class RoutingCapturer:
 
     def move_rows(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         """Follow a KV move inside a request (tree drafting keeps accepted tokens' KV at new slots)."""
+        self.stats.kv_moves += 1
         src = src_slots.to("cpu").long().reshape(-1)
         dst = dst_slots.to("cpu").long().reshape(-1)
         keep = (src >= 0) & (dst >= 0) & (src != dst)  # -1: sentinel of an unused accept slot
