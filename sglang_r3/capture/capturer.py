@@ -124,6 +124,8 @@ class RoutingCapturer:
                 f"does not list as a main MoE layer"
             )
         n = topk_indices.shape[0]
+        if n > self.staging.shape[0]:  # a bigger forward than any so far (rare): grow once
+            self.staging = torch.zeros((2 * n, *self.staging.shape[1:]), dtype=self.dtype, device=self.staging.device)
         # Upstream may append fused shared-expert columns after the routed ones.
         self.staging[:n, col, :] = topk_indices[:, : self.topk]
 

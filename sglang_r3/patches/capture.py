@@ -118,10 +118,6 @@ def capture_routed_experts_if_allowed(topk_config, layer_id, topk_ids) -> None:
             up.capture(layer_id=layer_id, topk_indices=topk_ids)
         return
     if topk_config.allow_routed_experts_capture:
-        if cap.staging.shape[0] < topk_ids.shape[0]:
-            cap.staging = torch.zeros(
-                (topk_ids.shape[0] * 2, *cap.staging.shape[1:]), dtype=cap.staging.dtype, device=cap.staging.device
-            )
         cap.capture(layer_id, topk_ids)
     elif cap.draft is not None and cap.capture_mtp:
         cap.draft.capture(topk_config, topk_ids)
