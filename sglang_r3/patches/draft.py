@@ -56,7 +56,8 @@ def attach_draft_runner(cap, runner, routers) -> None:
 
 def _file_forward(draft: DraftCapturer, fb) -> None:
     mode = fb.forward_mode
-    if mode.is_idle():
+    if mode.is_idle() or not draft._staged:
+        # Nothing routed by an MTP router (idle batch, or capture mode without MTP): skip the bookkeeping.
         draft._staged.clear()
         return
     pool = fb.req_pool_indices.tolist()
