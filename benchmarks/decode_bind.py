@@ -11,9 +11,11 @@ slime's path, re-implemented faithfully (THUDM/slime):
 The replay tensors are then made int64 (``.long()``), the dtype Megatron's RouterReplay indexes with, so both
 paths end at the same contiguous int64 tensors (checked equal).
 
-Ours: the response body -> ``RoutingRecord.from_wire`` (main MoE layers only, uint8) -> ``bind_layer_major``
-(one transpose + one widening pass) -> one contiguous [T, topk] tensor per main MoE layer. Also timed: the same
-decode bound through the trainer's current ``pack_rows`` + per-layer copy (``ReplayFiller.fill``'s path).
+Ours: the response body -> ``RoutingRecord.from_wire`` (main MoE layers only, uint8) -> ``bind_layer_major``:
+``check_records`` against the layout and the sample's token ids (what ``ReplayFiller.fill`` refuses on:
+fingerprint, layers, rows, tokens digest, id range, repeated ids), then ``pack_rows`` + ``layer_tensors`` (one
+transpose + one widening pass) -> one contiguous [T, topk] tensor per main MoE layer. slime's path checks
+nothing, so ours is timed doing strictly more work.
 
 Both parse the JSON body with the stdlib ``json`` (what ``httpx.Response.json()`` uses in both clients).
 """
@@ -21,6 +23,8 @@ Both parse the JSON body with the stdlib ``json`` (what ``httpx.Response.json()`
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import functools
 import gc
 import json
 import statistics
@@ -34,7 +38,8 @@ import pybase64
 import torch
 
 from benchmarks.shapes import GLM45, Shape, synthetic_record, upstream_routed_experts
-from sglang_r3.record import RoutingRecord, bits_for
+from sglang_r3.layout import ModelLayout
+from sglang_r3.record import RoutingRecord, bits_for, token_digest
 
 
 def keep_freed_memory() -> None:
@@ -82,27 +87,43 @@ def slime_decode_bind(body: bytes, shape: Shape, num_tokens: int) -> List[torch.
 
 # -- ours -------------------------------------------------------------------------------------------------
 
-def bind_layer_major(record: RoutingRecord, num_experts: int) -> List[torch.Tensor]:
-    """The shipped trainer path (what ``ReplayFiller.fill`` does): slime's token layout in the records'
-    compact dtype (``pack_rows``), then one layer-major int64 [T, topk] tensor per main MoE layer."""
+@functools.lru_cache(maxsize=None)
+def _layout(shape: Shape) -> ModelLayout:
+    return shape.layout()
+
+
+def bind_layer_major(record: RoutingRecord, shape: Shape, tokens: torch.Tensor) -> List[torch.Tensor]:
+    """The shipped trainer path (what ``ReplayFiller.fill`` does before handing rows to the routers): check the
+    record against the layout and the sample's token ids, lay it out as slime does in the records' compact dtype
+    (``pack_rows``), then one layer-major int64 [T, topk] tensor per main MoE layer."""
     from sglang_r3.trainer.packing import TokenLayout, pack_rows
+    from sglang_r3.trainer.validate import check_records
 
-    return pack_rows([record.experts], num_experts, TokenLayout()).layer_tensors()
-
-
-def ours_json_decode_bind(body: bytes, shape: Shape, bind=bind_layer_major) -> List[torch.Tensor]:
-    return bind(RoutingRecord.from_wire(json.loads(body)["meta_info"]["routing"]), shape.num_experts)
+    check_records([record], [tokens], _layout(shape))
+    return pack_rows([record.experts], shape.num_experts, TokenLayout()).layer_tensors()
 
 
-def ours_msgpack_decode_bind(body: bytes, shape: Shape, bind=bind_layer_major) -> List[torch.Tensor]:
-    return bind(RoutingRecord.from_wire(msgpack.unpackb(body)["meta_info"]["routing"]), shape.num_experts)
+def ours_json_decode_bind(body: bytes, shape: Shape, tokens: torch.Tensor, bind=bind_layer_major) -> List[torch.Tensor]:
+    return bind(RoutingRecord.from_wire(json.loads(body)["meta_info"]["routing"]), shape, tokens)
+
+
+def ours_msgpack_decode_bind(body: bytes, shape: Shape, tokens: torch.Tensor, bind=bind_layer_major) -> List[torch.Tensor]:
+    return bind(RoutingRecord.from_wire(msgpack.unpackb(body)["meta_info"]["routing"]), shape, tokens)
 
 
 # -- harness ----------------------------------------------------------------------------------------------
 
-def bodies(shape: Shape, num_tokens: int) -> Dict[str, bytes]:
-    """The three HTTP bodies a client receives for one sample of num_tokens tokens (T-1 routing rows)."""
-    rec = synthetic_record(shape, num_tokens - 1, seed=1)
+def sample_tokens(num_tokens: int, seed: int = 1, vocab: int = 151_552) -> torch.Tensor:
+    """The sample's token ids (prompt + completion) as the trainer holds them; GLM-4.5's vocabulary size."""
+    return torch.randint(0, vocab, (num_tokens,), generator=torch.Generator().manual_seed(seed))
+
+
+def bodies(shape: Shape, num_tokens: int, tokens: torch.Tensor) -> Dict[str, bytes]:
+    """The three HTTP bodies a client receives for one sample of num_tokens tokens (T-1 routing rows).
+
+    Our record carries the digest of ``tokens``, as the server's records carry the digest of their sample.
+    """
+    rec = dataclasses.replace(synthetic_record(shape, num_tokens - 1, seed=1), tokens_digest=token_digest(tokens))
     up = pybase64.b64encode(upstream_routed_experts(rec, shape).tobytes()).decode("ascii")
     common = {"text": "", "output_ids": [], "meta_info": {"prompt_tokens": num_tokens // 2, "completion_tokens": num_tokens // 2}}
     meta = lambda extra: {**common, "meta_info": {**common["meta_info"], **extra}}  # noqa: E731
@@ -116,11 +137,12 @@ def bodies(shape: Shape, num_tokens: int) -> Dict[str, bytes]:
 def run(num_tokens: int = 32768, repeats: int = 5, shape: Shape = GLM45) -> Dict[str, Any]:
     keep_freed_memory()
     torch.set_num_threads(1)
-    b = bodies(shape, num_tokens)
+    tokens = sample_tokens(num_tokens)
+    b = bodies(shape, num_tokens, tokens)
     paths: Dict[str, Callable[[], List[torch.Tensor]]] = {
         "slime": lambda: slime_decode_bind(b["slime"], shape, num_tokens),
-        "ours_json": lambda: ours_json_decode_bind(b["ours_json"], shape),
-        "ours_msgpack": lambda: ours_msgpack_decode_bind(b["ours_msgpack"], shape),
+        "ours_json": lambda: ours_json_decode_bind(b["ours_json"], shape, tokens),
+        "ours_msgpack": lambda: ours_msgpack_decode_bind(b["ours_msgpack"], shape, tokens),
     }
     # Correctness first: the same int64 tensors from every path (the last row is padding: any valid distinct ids).
     ref = paths["slime"]()

@@ -3,14 +3,17 @@
 Every decoder layer is ``dense`` or ``moe``; every MTP/NextN layer is ``mtp``
 with a 1-based ``depth`` (and ``num_experts``/``topk`` > 0 when it is MoE).
 Layer ids follow the HF checkpoint: decoder layers ``0..L-1``, MTP depth
-``d`` at ``L + d - 1``. The fingerprint hashes this structure, so a record can
-prove which model it belongs to.
+``d`` at ``L + d - 1``. The fingerprint hashes this structure and the
+``config_digest`` (every routing-relevant value of the raw config.json, see
+``ROUTING_CONFIG_KEYS``), so a record can prove which model it belongs to: two
+configs of the same shape that route differently get different fingerprints.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -55,9 +58,13 @@ class ModelLayout:
     num_hidden_layers: int
     layers: Tuple[LayerInfo, ...]
     fingerprint: str = field(default="", compare=False)
+    # config_digest() of the raw config.json; "" for layouts built by hand (then only structure is covered).
+    config_digest: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "layers", tuple(self.layers))
+        if not isinstance(self.config_digest, str):
+            raise LayoutError(f"config_digest must be a string, got {type(self.config_digest).__name__}")
         decoder = [l for l in self.layers if l.role != ROLE_MTP]
         if [l.id for l in decoder] != list(range(self.num_hidden_layers)):
             raise LayoutError(
@@ -120,6 +127,7 @@ class ModelLayout:
             "architecture": self.architecture,
             "num_hidden_layers": self.num_hidden_layers,
             "layers": [asdict(l) for l in self.layers],
+            "config_digest": self.config_digest,
         }
 
     @classmethod
@@ -140,6 +148,7 @@ class ModelLayout:
                 num_hidden_layers=int(d["num_hidden_layers"]),
                 layers=layers,
                 fingerprint=str(d.get("fingerprint") or ""),
+                config_digest=str(d.get("config_digest") or ""),
             )
         except (KeyError, TypeError) as e:
             raise LayoutError(f"malformed layout: missing or bad field {e}") from e
@@ -159,6 +168,7 @@ def _hash_structure(layout: ModelLayout) -> str:
             "architecture": layout.architecture,
             "num_hidden_layers": layout.num_hidden_layers,
             "layers": [asdict(l) for l in layout.layers],
+            "config_digest": layout.config_digest,
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -316,6 +326,13 @@ SUPPORTED_ARCHITECTURES: Sequence[str] = tuple(_FAMILIES)
 
 
 def layout_from_hf_config(config: Any) -> ModelLayout:
+    """The layout of a raw config.json dict, or of a transformers config loaded from a local folder.
+
+    The config digest is always taken from the raw config.json: transformers adds defaults the file
+    lacks and renames keys between versions (5.x folds rope_theta into rope_parameters), so hashing
+    its view would give the same checkpoint different fingerprints. A config object is therefore
+    traced back to the file it was loaded from (``name_or_path``); one that cannot be is refused.
+    """
     d = _cfg_dict(config)
     arch = _architecture(d)
     family = _FAMILIES.get(arch)
@@ -324,11 +341,146 @@ def layout_from_hf_config(config: Any) -> ModelLayout:
             f"no layout rule for architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
     layers = family(d, arch)
-    return ModelLayout(architecture=arch, num_hidden_layers=_int(d, "num_hidden_layers", arch), layers=tuple(layers))
+    if isinstance(config, Mapping):
+        raw = d
+    else:
+        raw = _cfg_dict(_raw_config_of(config))
+        _check_object_matches_file(d, raw, arch)
+    return ModelLayout(
+        architecture=arch,
+        num_hidden_layers=_int(d, "num_hidden_layers", arch),
+        layers=tuple(layers),
+        config_digest=config_digest(raw),
+    )
 
 
 def layout_from_model_path(model_path: str) -> ModelLayout:
-    import os
-
     with open(os.path.join(model_path, "config.json")) as f:
         return layout_from_hf_config(json.load(f))
+
+
+# ---------------------------------------------------------------------------
+# Config digest
+# ---------------------------------------------------------------------------
+
+# Keys that change what a router computes or the hidden states it sees: widths, attention and
+# position encoding, norms, the routing function itself (grouping, scaling, normalisation, scoring),
+# shared experts, which layers are sparse, MTP. Deliberately absent: numerics and packaging
+# (torch_dtype/dtype, quantization_config), bookkeeping (transformers_version, _name_or_path,
+# use_cache, token ids) and training-only knobs (aux-loss coefficients, dropout, router jitter).
+# A bf16 and an fp32 copy of one checkpoint share a fingerprint; a weight change is caught by the
+# record's weight_version, not here.
+ROUTING_CONFIG_KEYS: Tuple[str, ...] = (
+    # widths
+    "hidden_size",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "vocab_size",
+    "hidden_act",
+    "tie_word_embeddings",
+    # attention and positions
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "attention_bias",
+    "use_qk_norm",
+    "attn_output_gate",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "rope_interleave",
+    "partial_rotary_factor",
+    "max_position_embeddings",
+    "sliding_window",
+    "use_sliding_window",
+    "max_window_layers",
+    "layer_types",
+    "full_attention_interval",
+    "rms_norm_eps",
+    # the router
+    "n_routed_experts",
+    "num_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "n_group",
+    "topk_group",
+    "topk_method",
+    "scoring_func",
+    "norm_topk_prob",
+    "routed_scaling_factor",
+    "n_shared_experts",
+    # which layers are sparse, and MTP
+    "num_hidden_layers",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+    "num_nextn_predict_layers",
+    "mtp_num_hidden_layers",
+)
+# Families spell whole groups with a prefix (Qwen3-Next/3.5 linear attention: linear_num_key_heads,
+# linear_conv_kernel_dim, ...; Qwen3.5 MTP options: mtp_*).
+ROUTING_CONFIG_PREFIXES: Tuple[str, ...] = ("linear_", "mtp_")
+
+
+def _routing_key(key: str) -> bool:
+    return key in ROUTING_CONFIG_KEYS or key.startswith(ROUTING_CONFIG_PREFIXES)
+
+
+def config_digest(raw_config: Mapping[str, Any]) -> str:
+    """Digest of the routing-relevant values of a raw config.json dict (``ROUTING_CONFIG_KEYS``).
+
+    Pass the file's own dict (json.load of the model folder's config.json), not a transformers
+    object's ``to_dict()``: that adds defaults and renames keys. Multimodal wrappers are read in
+    their text_config, as the layout is. Absent and null keys are skipped; values are hashed as
+    JSON (sorted keys), so 1 and 1.0 stay different, as they are in the file.
+    """
+    if not isinstance(raw_config, Mapping):
+        raise LayoutError(f"config_digest needs the raw config.json dict, got {type(raw_config).__name__}")
+    d = _cfg_dict(raw_config)
+    picked = {k: v for k, v in d.items() if isinstance(k, str) and _routing_key(k) and v is not None}
+    try:
+        blob = json.dumps(picked, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise LayoutError(f"config has a routing-relevant value that is not plain JSON: {e}") from e
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def _raw_config_of(config: Any) -> Dict[str, Any]:
+    """The config.json a transformers config object was loaded from."""
+    src = getattr(config, "name_or_path", None) or getattr(config, "_name_or_path", None)
+    path = os.path.join(str(src), "config.json") if src else ""
+    if not path or not os.path.isfile(path):
+        raise LayoutError(
+            f"cannot find the config.json this {type(config).__name__} was loaded from "
+            f"(name_or_path={src!r}); the layout fingerprint hashes the raw file, so pass "
+            f"json.load(open('<model dir>/config.json')) or use layout_from_model_path(<model dir>)"
+        )
+    with open(path) as f:
+        return json.load(f)
+
+
+def _check_object_matches_file(obj: Mapping[str, Any], raw: Mapping[str, Any], arch: str) -> None:
+    """Refuse a config object whose routing-relevant scalars were changed after loading (overrides).
+
+    Only scalars present in both are compared: transformers restructures some values (rope
+    dicts) and adds defaults, neither of which is a change of the model.
+    """
+    scalar = (bool, int, float, str)
+    differ = [
+        f"{k}: object {obj[k]!r}, config.json {v!r}"
+        for k, v in raw.items()
+        if isinstance(k, str) and _routing_key(k) and isinstance(v, scalar)
+        and isinstance(obj.get(k), scalar) and obj[k] != v
+    ]
+    if differ:
+        raise LayoutError(
+            f"{arch} config object differs from the config.json it was loaded from ({'; '.join(differ)}); "
+            f"the fingerprint would not describe the model being run"
+        )

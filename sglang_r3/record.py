@@ -6,6 +6,11 @@ A record holds the main model's MoE routing as an array
 optional ``mtp`` section holds MTP-draft routing, kept apart so it can never be
 mistaken for main rows.
 
+Two identity fields tie a record to what produced it: ``weight_version``
+(SGLang's weight version string at generation time) and ``tokens_digest``
+(``token_digest`` of the sample's full token sequence, prompt + completion). A
+row count alone cannot tell two samples of equal length apart; the digest can.
+
 Two wire forms of the same dict: JSON (arrays as base64) and msgpack (arrays
 as raw bytes). The binary form may also bit-pack expert ids at
 ``bits_for(num_experts)`` bits each (7 bits for 128 experts instead of 8),
@@ -15,6 +20,7 @@ reads both. The JSON form never packs: its contract is plain uint8/uint16.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
@@ -30,6 +36,46 @@ _DTYPES = {"uint8": np.uint8, "uint16": np.uint16, "int32": np.int32}
 
 class RecordError(ValueError):
     """A routing record that is malformed or does not belong where it is used."""
+
+
+def token_digest(token_ids: Any) -> str:
+    """Hex blake2b-128 of a sample's full token id sequence (prompt + completion, all T tokens).
+
+    The ids are hashed as little-endian int64 so the server (Python lists) and the trainer (torch
+    tensors of any integer dtype) agree byte for byte. A record's ``start`` does not change it: the
+    digest names the sample, not the rows.
+    """
+    return hashlib.blake2b(token_array(token_ids).tobytes(), digest_size=16).hexdigest()
+
+
+def token_array(token_ids: Any) -> np.ndarray:
+    """Token ids (list, numpy array or torch tensor) as 1-D little-endian int64; refuses anything else."""
+    if hasattr(token_ids, "detach"):  # torch, possibly on an accelerator
+        token_ids = token_ids.detach().cpu().numpy()
+    arr = np.asarray(token_ids)
+    if arr.ndim != 1:
+        raise RecordError(f"token ids must be 1-D, got shape {tuple(arr.shape)}")
+    # An empty list comes out float64; anything else non-integer would be silently truncated.
+    if arr.size and arr.dtype.kind not in "iu":
+        raise RecordError(f"token ids must be integers, got dtype {arr.dtype}")
+    return arr.astype("<i8", copy=False)
+
+
+_DIGEST_LEN = 32  # hex chars of a 16-byte blake2b
+
+
+def _identity_field(d: Mapping[str, Any], key: str) -> Optional[str]:
+    value = d.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise RecordError(f"routing field {key!r} must be a string, got {type(value).__name__}")
+    if key == "tokens_digest" and (
+        len(value) != _DIGEST_LEN or any(c not in "0123456789abcdef" for c in value)
+    ):
+        # A malformed digest would later read as "a different token sequence"; say what it is instead.
+        raise RecordError(f"routing field 'tokens_digest' must be {_DIGEST_LEN} lowercase hex characters, got {value!r}")
+    return value
 
 
 def dtype_for(num_experts: int) -> str:
@@ -190,6 +236,14 @@ class RoutingRecord:
     layers: Tuple[int, ...]  # main MoE layer ids, in row order
     experts: np.ndarray  # [num_tokens, len(layers), topk]
     mtp: Optional[MtpRouting] = None
+    weight_version: Optional[str] = None  # SGLang's weight version the rows were routed with
+    tokens_digest: Optional[str] = None  # token_digest(prompt + completion) of the sample
+
+    def __post_init__(self):
+        for key in ("weight_version", "tokens_digest"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, str):
+                raise RecordError(f"RoutingRecord.{key} must be a string or None, got {type(value).__name__}")
 
     @property
     def num_tokens(self) -> int:
@@ -216,6 +270,10 @@ class RoutingRecord:
         }
         if self.mtp is not None:
             d["mtp"] = self.mtp.to_wire(binary, pack_bits)
+        if self.weight_version is not None:
+            d["weight_version"] = self.weight_version
+        if self.tokens_digest is not None:
+            d["tokens_digest"] = self.tokens_digest
         return d
 
     @classmethod
@@ -243,8 +301,18 @@ class RoutingRecord:
             raise RecordError(
                 f"routing.experts holds {flat.size} ids, but num_tokens={n} x layers={len(layers)} x topk={topk} = {expected}"
             )
+        weight_version = _identity_field(d, "weight_version")
+        tokens_digest = _identity_field(d, "tokens_digest")
         mtp = MtpRouting.from_wire(d["mtp"]) if d.get("mtp") is not None else None
-        return cls(layout=layout, start=start, layers=layers, experts=flat.reshape(n, len(layers), topk), mtp=mtp)
+        return cls(
+            layout=layout,
+            start=start,
+            layers=layers,
+            experts=flat.reshape(n, len(layers), topk),
+            mtp=mtp,
+            weight_version=weight_version,
+            tokens_digest=tokens_digest,
+        )
 
     def layer_rows(self, layer_id: int) -> np.ndarray:
         """[num_tokens, topk] for one main MoE layer."""

@@ -15,10 +15,12 @@ from sglang_r3.client import (
     RoutingClient,
     RoutingClientError,
     RoutingServerError,
+    RoutingUnavailableError,
     decode_routing,
+    parse_outputs,
 )
 from sglang_r3.layout import LayerInfo, ModelLayout
-from sglang_r3.record import RecordError, RoutingRecord
+from sglang_r3.record import RecordError, RoutingRecord, token_digest
 
 LAYOUT = ModelLayout(
     "Glm4MoeForCausalLM",
@@ -27,17 +29,23 @@ LAYOUT = ModelLayout(
 )
 
 
-def _record(T: int, seed: int) -> RoutingRecord:
+def _record(T: int, seed: int, tokens=None, weight_version=None) -> RoutingRecord:
     rng = np.random.default_rng(seed)
     experts = np.stack([rng.permutation(8)[:2] for _ in range(T - 1)]).reshape(T - 1, 1, 2).astype(np.uint8)
-    return RoutingRecord(LAYOUT.fingerprint, 0, LAYOUT.moe_layer_ids, experts)
+    digest = token_digest(tokens) if tokens is not None else None
+    return RoutingRecord(LAYOUT.fingerprint, 0, LAYOUT.moe_layer_ids, experts, weight_version=weight_version,
+                         tokens_digest=digest)
 
 
 class FakeServer:
-    """Answers like the routing server: one output per prompt (x n), routing rows T-1 for T = prompt + 3 outputs."""
+    """Answers like the routing server: one output per prompt (x n), routing rows T-1 for T = prompt + 3 outputs.
 
-    def __init__(self):
+    unavailable: output index -> meta_info["routing_error"] to send instead of routing for that output.
+    """
+
+    def __init__(self, unavailable=None):
         self.requests = []
+        self.unavailable = dict(unavailable or {})
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
@@ -56,12 +64,14 @@ class FakeServer:
         outs = []
         for i, ids in enumerate(prompts):
             for j in range(n):
-                rec = _record(len(ids) + 3, seed=100 * i + j)
-                outs.append({
-                    "text": "abc",
-                    "output_ids": [40 + j, 41, 42],
-                    "meta_info": {"prompt_tokens": len(ids), "routing": rec.to_wire(binary=binary)},
-                })
+                out_ids = [40 + j, 41, 42]
+                rec = _record(len(ids) + 3, seed=100 * i + j, tokens=list(ids) + out_ids, weight_version="5")
+                meta = {"prompt_tokens": len(ids), "weight_version": "5"}
+                if len(outs) in self.unavailable:
+                    meta["routing_error"] = self.unavailable[len(outs)]
+                else:
+                    meta["routing"] = rec.to_wire(binary=binary)
+                outs.append({"text": "abc", "output_ids": out_ids, "meta_info": meta})
         if binary:
             return httpx.Response(200, content=msgpack.packb(outs, use_bin_type=True),
                                   headers={"content-type": "application/msgpack"})
@@ -84,6 +94,7 @@ def test_msgpack_is_the_default_and_records_decode():
     for i, r in enumerate(results):
         assert r.record.num_tokens == r.num_tokens - 1
         assert np.array_equal(r.record.experts, _record(r.num_tokens, 100 * i).experts)
+        assert r.weight_version == "5" and r.tokens_digest == token_digest(r.tokens)
 
 
 def test_json_fallback_gives_the_same_records():
@@ -210,3 +221,59 @@ def test_async_error_propagates():
 
     with pytest.raises(RoutingServerError, match="beyond the prompt"):
         asyncio.run(main())
+
+
+# --- samples without trustworthy routing ----------------------------------------------------------------
+
+MISSING = {"code": "missing_rows", "message": "3 rows were never written by a target forward", "missing_rows": 3, "rows": 9}
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_decode_routing_raises_for_a_routing_error(binary):
+    meta = {"prompt_tokens": 5, "routing_error": MISSING}
+    if binary:  # as the msgpack transport delivers it
+        meta = msgpack.unpackb(msgpack.packb(meta, use_bin_type=True), raw=False)
+    else:
+        meta = json.loads(json.dumps(meta))
+    with pytest.raises(RoutingUnavailableError, match=r"output 4 has no trustworthy routing \[missing_rows\] \(3 of 9 rows "
+                                                      r"missing\): 3 rows were never written") as e:
+        decode_routing(meta, sample=4)
+    err = e.value
+    assert isinstance(err, RoutingClientError)
+    assert (err.sample, err.code, err.missing_rows, err.rows) == (4, "missing_rows", 3, 9)
+    assert err.message == MISSING["message"]
+
+
+def test_a_routing_error_wins_over_a_routing_field():
+    # the server said not to trust it; a record next to the error is not used
+    meta = {"routing": _record(5, 0).to_wire(), "routing_error": {"code": "capture_off", "message": "capture is off"}}
+    with pytest.raises(RoutingUnavailableError, match=r"\[capture_off\]") as e:
+        decode_routing(meta)
+    assert e.value.sample is None and e.value.missing_rows is None and e.value.rows is None
+
+
+def test_a_malformed_routing_error_still_refuses():
+    with pytest.raises(RoutingUnavailableError, match=r"\[unknown\].*routing lost"):
+        decode_routing({"routing_error": "routing lost"})
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_generate_names_the_first_sample_without_routing_and_counts_all(binary):
+    off = {"code": "capture_off", "message": "capture was switched off", "missing_rows": 4, "rows": 4}
+    server = FakeServer(unavailable={1: MISSING, 3: off})
+    with pytest.raises(RoutingUnavailableError, match=r"output 1 has no trustworthy routing \[missing_rows\].*"
+                                                      r"2 output\(s\) of the batch have no routing: \[1, 3\]") as e:
+        _client(server, binary=binary).generate(input_ids=[[1, 2], [3, 4, 5]], sampling_params={"n": 2})
+    assert e.value.sample == 1 and e.value.affected == (1, 3) and e.value.code == "missing_rows"
+
+
+def test_parse_outputs_without_routing_ignores_routing_errors():
+    body = [{"output_ids": [9], "meta_info": {"prompt_tokens": 2, "routing_error": MISSING, "weight_version": "w"}}]
+    (r,) = parse_outputs(body, [[1, 2]], 1, with_routing=False)
+    assert r.record is None and r.weight_version == "w"
+
+
+def test_weight_version_from_the_record_when_meta_info_has_none():
+    rec = _record(4, 0, tokens=[1, 2, 3, 9], weight_version="r7")
+    (r,) = parse_outputs([{"output_ids": [9], "meta_info": {"prompt_tokens": 3, "routing": rec.to_wire(True)}}], [[1, 2, 3]], 1)
+    assert r.weight_version == "r7" and r.tokens_digest == token_digest(r.tokens)

@@ -18,6 +18,7 @@ from sglang_r3.layout import (
     LayerInfo,
     LayoutError,
     ModelLayout,
+    config_digest,
     layout_from_hf_config,
     layout_from_model_path,
 )
@@ -121,11 +122,34 @@ def test_qwen_dense_layers_are_refused(override):
         layout_from_hf_config({**load("qwen3_30b_a3b"), **override})
 
 
-def test_hf_config_object_gives_the_same_layout():
+@pytest.mark.parametrize("name", ["deepseek_v3", "glm4_5", "glm4_7", "qwen3_5_35b_a3b", "mixtral_8x7b"])
+def test_hf_config_object_gives_the_same_layout(tmp_path, name):
+    # transformers adds defaults the file lacks and (5.x) folds rope_theta into rope_parameters;
+    # the fingerprint must still be the file's.
+    transformers = pytest.importorskip("transformers")
+    cfg = {k: v for k, v in load(name).items() if not k.startswith("_")}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    obj = transformers.AutoConfig.from_pretrained(str(tmp_path))
+    a, b = layout_from_hf_config(obj), layout_from_hf_config(cfg)
+    assert a == b and a.fingerprint == b.fingerprint
+
+
+def test_hf_config_object_without_its_file_is_refused():
     transformers = pytest.importorskip("transformers")
     cfg = {k: v for k, v in load("deepseek_v3").items() if not k.startswith("_")}
-    obj = transformers.DeepseekV3Config(**cfg)
-    assert layout_from_hf_config(obj).fingerprint == layout_from_hf_config(cfg).fingerprint
+    with pytest.raises(LayoutError, match=r"cannot find the config.json this DeepseekV3Config was loaded from.*raw file"):
+        layout_from_hf_config(transformers.DeepseekV3Config(**cfg))
+
+
+def test_hf_config_object_changed_after_loading_is_refused(tmp_path):
+    # e.g. a serving override: the file no longer describes the model being run
+    transformers = pytest.importorskip("transformers")
+    cfg = {k: v for k, v in load("deepseek_v3").items() if not k.startswith("_")}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    obj = transformers.AutoConfig.from_pretrained(str(tmp_path))
+    obj.topk_group = 2
+    with pytest.raises(LayoutError, match=r"differs from the config.json it was loaded from \(topk_group: object 2, config.json 4\)"):
+        layout_from_hf_config(obj)
 
 
 def test_layout_from_model_path(tmp_path):
@@ -151,11 +175,90 @@ def test_fingerprint_changes_with_one_layer_role():
     a = layout_from_hf_config(load("glm4_7"))
     layers = list(a.layers)
     layers[3] = LayerInfo(3, ROLE_DENSE)  # first MoE layer made dense
-    b = ModelLayout(a.architecture, a.num_hidden_layers, tuple(layers))
+    b = ModelLayout(a.architecture, a.num_hidden_layers, tuple(layers), config_digest=a.config_digest)
     assert b.fingerprint != a.fingerprint
-    # Source-level change too: one more dense layer.
+    # Source-level change too: one more dense layer, the same layers as b.
     c = layout_from_hf_config({**load("glm4_7"), "first_k_dense_replace": 4})
-    assert c.fingerprint == b.fingerprint
+    assert c.layers == b.layers and c.fingerprint != a.fingerprint
+
+
+def test_same_shape_different_routing_config_differs():
+    # GLM-4.7 adds n_group/topk_group to GLM-4.5's config: same layers, a different routing config.
+    a, b = layout_from_hf_config(load("glm4_5")), layout_from_hf_config(load("glm4_7"))
+    assert a.layers == b.layers
+    assert a.config_digest != b.config_digest and a.fingerprint != b.fingerprint and a != b
+
+
+def _with(name, key, value):
+    cfg = load(name)
+    (cfg.get("text_config") or cfg)[key] = value
+    return cfg
+
+
+@pytest.mark.parametrize(
+    "name, key, a, b",
+    [
+        ("deepseek_v3", "routed_scaling_factor", 2.5, 1.0),
+        ("deepseek_v3", "norm_topk_prob", True, False),
+        ("deepseek_v3", "scoring_func", "sigmoid", "softmax"),
+        ("deepseek_v3", "topk_group", 4, 8),
+        ("deepseek_v3", "rope_scaling", {"type": "yarn", "factor": 40}, {"type": "yarn", "factor": 4}),
+        ("qwen3_30b_a3b", "norm_topk_prob", True, False),
+        ("qwen3_5_35b_a3b", "linear_num_value_heads", 32, 16),
+    ],
+)
+def test_configs_differing_in_one_routing_value_have_different_fingerprints(name, key, a, b):
+    la, lb = layout_from_hf_config(_with(name, key, a)), layout_from_hf_config(_with(name, key, b))
+    assert la.layers == lb.layers and la.fingerprint != lb.fingerprint
+
+
+@pytest.mark.parametrize(
+    "key, a, b",
+    [
+        ("torch_dtype", "bfloat16", "float32"),
+        ("dtype", "bfloat16", "float32"),
+        ("transformers_version", "4.54.0", "5.19.0"),
+        ("_name_or_path", "zai-org/GLM-4.5", "/somewhere/else"),
+        ("use_cache", True, False),
+        ("bos_token_id", 0, 12345),
+        ("eos_token_id", 1, [1, 2]),
+        ("quantization_config", None, {"quant_method": "fp8"}),
+        ("aux_loss_alpha", 0.001, 0.5),
+    ],
+)
+def test_numerics_and_bookkeeping_do_not_change_the_fingerprint(key, a, b):
+    # A bf16 and an fp32 copy of one checkpoint route the same way by construction.
+    la, lb = layout_from_hf_config(_with("deepseek_v3", key, a)), layout_from_hf_config(_with("deepseek_v3", key, b))
+    assert la.fingerprint == lb.fingerprint
+
+
+def test_absent_and_null_keys_are_the_same():
+    base = load("glm4_5")
+    assert "n_group" not in base
+    assert layout_from_hf_config({**base, "n_group": None}).fingerprint == layout_from_hf_config(base).fingerprint
+
+
+def test_embedded_model_dir_raw_json_and_transformers_agree():
+    from sglang_r3.embedded import ensure_embedded_model
+
+    model_dir = ensure_embedded_model()
+    raw = json.loads((model_dir / "config.json").read_text())
+    a = layout_from_model_path(str(model_dir))
+    assert a == layout_from_hf_config(raw) and a.config_digest == config_digest(raw) and a.config_digest
+    transformers = pytest.importorskip("transformers")
+    assert layout_from_hf_config(transformers.AutoConfig.from_pretrained(str(model_dir))).fingerprint == a.fingerprint
+
+
+def test_config_digest_travels_with_the_layout():
+    a = layout_from_hf_config(load("glm4_7"))
+    d = json.loads(json.dumps(a.to_dict()))
+    assert d["config_digest"] == a.config_digest
+    d["config_digest"] = layout_from_hf_config(load("glm4_5")).config_digest
+    with pytest.raises(LayoutError, match="does not match"):
+        ModelLayout.from_dict(d)
+    del d["config_digest"]  # a layout from a server that does not send it
+    with pytest.raises(LayoutError, match="does not match"):
+        ModelLayout.from_dict(d)
 
 
 def test_tampered_fingerprint_is_rejected():

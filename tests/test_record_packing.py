@@ -1,13 +1,15 @@
-"""Bit-packed binary form of routing records (no servers)."""
+"""Wire forms of routing records: bit-packed binary form and identity fields (no servers)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import msgpack
 import numpy as np
 import orjson
 import pytest
 
-from sglang_r3.record import MtpRouting, RecordError, RoutingRecord, bits_for, pack_ids, unpack_ids
+from sglang_r3.record import MtpRouting, RecordError, RoutingRecord, bits_for, pack_ids, token_digest, unpack_ids
 
 
 def _topk_ids(rng, rows: int, experts: int, topk: int, dtype) -> np.ndarray:
@@ -115,3 +117,72 @@ def test_malformed_packed_record_is_refused(mutate, match):
     mutate(wire)
     with pytest.raises(RecordError, match=match):
         RoutingRecord.from_wire(wire)
+
+
+# Identity fields ------------------------------------------------------------------------------
+
+
+def _digest_oracle(ids) -> str:
+    """The documented definition, written without numpy: blake2b-128 of little-endian int64 ids."""
+    import hashlib
+    import struct
+
+    return hashlib.blake2b(struct.pack(f"<{len(ids)}q", *ids), digest_size=16).hexdigest()
+
+
+def test_token_digest_is_blake2b_of_little_endian_int64_ids_in_any_container():
+    import torch
+
+    ids = [0, 1, 151329, 7, 2**31 - 1]
+    want = _digest_oracle(ids)
+    assert token_digest(ids) == want
+    for form in (np.array(ids, np.int64), np.array(ids, np.int32), np.array(ids, ">i8"), torch.tensor(ids),
+                 torch.tensor(ids, dtype=torch.int32)):
+        assert token_digest(form) == want, form
+    assert token_digest(ids[:-1]) != want and token_digest(ids[::-1]) != want
+
+
+@pytest.mark.parametrize("bad, match", [(np.zeros((2, 3), np.int64), "1-D"), ([1.5, 2.0], "integers"), (7, "1-D")])
+def test_token_digest_refuses_what_is_not_a_sequence_of_ids(bad, match):
+    with pytest.raises(RecordError, match=match):
+        token_digest(bad)
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_identity_fields_travel_in_both_wire_forms(binary):
+    rec = dataclasses.replace(_record(np.random.default_rng(4)), weight_version="42", tokens_digest=token_digest([1, 2, 3]))
+    wire = rec.to_wire(binary=binary, pack_bits=7 if binary else None)
+    assert wire["weight_version"] == "42" and wire["tokens_digest"] == _digest_oracle([1, 2, 3])
+    raw = msgpack.packb(wire, use_bin_type=True) if binary else orjson.dumps(wire)
+    back = RoutingRecord.from_wire(msgpack.unpackb(raw, raw=False) if binary else orjson.loads(raw))
+    assert (back.weight_version, back.tokens_digest) == ("42", rec.tokens_digest)
+
+
+def test_identity_fields_are_omitted_when_unset_and_read_as_none():
+    wire = _record(np.random.default_rng(5)).to_wire()
+    assert "weight_version" not in wire and "tokens_digest" not in wire
+    back = RoutingRecord.from_wire(wire)
+    assert back.weight_version is None and back.tokens_digest is None
+    assert RoutingRecord.from_wire({**wire, "weight_version": None}).weight_version is None
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("weight_version", 3, r"'weight_version' must be a string, got int"),
+        ("tokens_digest", b"\x00" * 16, r"'tokens_digest' must be a string, got bytes"),
+        ("tokens_digest", "abc", r"'tokens_digest' must be 32 lowercase hex characters"),
+        ("tokens_digest", "G" * 32, r"'tokens_digest' must be 32 lowercase hex characters"),
+    ],
+)
+def test_identity_fields_of_the_wrong_type_are_refused_by_name(field, value, match):
+    wire = _record(np.random.default_rng(6)).to_wire()
+    with pytest.raises(RecordError, match=match):
+        RoutingRecord.from_wire({**wire, field: value})
+
+
+def test_positional_construction_still_works():
+    rec = RoutingRecord("abc", 0, (1,), np.zeros((2, 1, 2), np.uint8), None, "v1", token_digest([4, 5, 6]))
+    assert rec.weight_version == "v1" and rec.tokens_digest == _digest_oracle([4, 5, 6])
+    with pytest.raises(RecordError, match="weight_version must be a string"):
+        RoutingRecord("abc", 0, (1,), np.zeros((2, 1, 2), np.uint8), weight_version=7)

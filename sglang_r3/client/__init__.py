@@ -1,7 +1,7 @@
 """Client of the R3 routing server: generate with routing records, read the model layout."""
 
 from sglang_r3.client.async_client import AsyncRoutingClient
-from sglang_r3.client.errors import RoutingClientError, RoutingServerError
+from sglang_r3.client.errors import RoutingClientError, RoutingServerError, RoutingUnavailableError
 from sglang_r3.client.results import GenerateResult, decode_routing, parse_outputs
 from sglang_r3.client.sync_client import RoutingClient
 
@@ -11,6 +11,7 @@ __all__ = [
     "RoutingClient",
     "RoutingClientError",
     "RoutingServerError",
+    "RoutingUnavailableError",
     "decode_routing",
     "parse_outputs",
 ]

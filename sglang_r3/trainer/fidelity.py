@@ -9,7 +9,7 @@ not meaningful (SGLang and Megatron may sort differently).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -63,9 +63,13 @@ def fidelity_report(
     recomputed: Mapping[int, Any],
     layout: ModelLayout,
     token_layout: TokenLayout = TokenLayout(),
+    weight_version: Optional[str] = None,
 ) -> FidelityReport:
-    """recomputed: layer id -> [rows, topk] the trainer chose (ReplayFiller.recorded()); pad rows are ignored."""
-    check_records(records, tokens, layout)
+    """recomputed: layer id -> [rows, topk] the trainer chose (ReplayFiller.recorded()); pad rows are ignored.
+
+    tokens[i]: sample i's token ids; weight_version as in ``check_records``.
+    """
+    check_records(records, tokens, layout, weight_version)
     packed = pack_rows([r.experts for r in records], layout.num_experts, token_layout)
     columns = {lid: i for i, lid in enumerate(layout.moe_layer_ids)}
     out = []

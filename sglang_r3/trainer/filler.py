@@ -37,9 +37,19 @@ class FillSummary:
 class ReplayFiller:
     """Binds once to a model; ``fill`` before each microbatch's forward, ``clear`` after the step."""
 
-    def __init__(self, model_or_chunks: Any, layout: ModelLayout, token_layout: Optional[TokenLayout] = None):
+    def __init__(
+        self,
+        model_or_chunks: Any,
+        layout: ModelLayout,
+        token_layout: Optional[TokenLayout] = None,
+        weight_version: Optional[str] = None,
+    ):
+        """weight_version: the version of the weights the trainer holds (SGLang's weight version string
+        of the policy that generated the rollouts). When set, records routed with other weights are
+        refused; update it with ``filler.weight_version = v`` after each weight sync."""
         self.chunks = as_chunks(model_or_chunks)
         self.layout = layout
+        self.weight_version = weight_version
         self.sites: List[RouterSite] = find_routers(self.chunks, layout.num_hidden_layers)
         check_model_against_layout(self.chunks, self.sites, layout)
         self.decoder_sites = [s for s in self.sites if not s.is_mtp]
@@ -60,6 +70,16 @@ class ReplayFiller:
         )
         self._live_mtp()
 
+    @property
+    def weight_version(self) -> Optional[str]:
+        return self._weight_version
+
+    @weight_version.setter
+    def weight_version(self, version: Optional[str]) -> None:
+        if version is not None and not isinstance(version, str):
+            raise ReplayError(f"weight_version must be a string or None, got {type(version).__name__}")
+        self._weight_version = version
+
     # -- token layout ----------------------------------------------------------
     def token_layout(self) -> TokenLayout:
         if self._token_layout is None:
@@ -67,13 +87,16 @@ class ReplayFiller:
         return self._token_layout
 
     def pack(self, records: Sequence[RoutingRecord], tokens: Sequence[Any]) -> PackedRows:
-        """Check every record, then lay the rows out as this rank's packed microbatch."""
-        check_records(records, tokens, self.layout)
+        """Check every record, then lay the rows out as this rank's packed microbatch.
+
+        tokens[i]: sample i's token ids (prompt + completion; 1-D tensor, array or list of ints).
+        """
+        check_records(records, tokens, self.layout, self.weight_version)
         return pack_rows([r.experts for r in records], self.layout.num_experts, self.token_layout())
 
     # -- actions ---------------------------------------------------------------
     def fill(self, records: Sequence[RoutingRecord], tokens: Sequence[Any]) -> FillSummary:
-        """Replay one microbatch: records[i] holds the routing of sample i with tokens[i] (ids or a length)."""
+        """Replay one microbatch: records[i] holds the routing of sample i, whose token ids are tokens[i]."""
         from megatron.core.transformer.moe.router_replay import RouterReplayAction
 
         packed = self.pack(records, tokens)  # raises before any router is touched

@@ -43,8 +43,13 @@ def fill_slime_replays(
     layout: ModelLayout,
     token_layout: TokenLayout = TokenLayout(),
     decoder_layer_ids: Optional[Sequence[int]] = None,
+    weight_version: Optional[str] = None,
 ) -> SlimeFillResult:
-    """decoder_layer_ids: the MoE layers this rank's replays belong to, in order (default: all of the layout's)."""
+    """tokens[i]: sample i's token ids (prompt + completion).
+
+    decoder_layer_ids: the MoE layers this rank's replays belong to, in order (default: all of the layout's).
+    weight_version: the weights the trainer holds; records routed with others are refused (None: unchecked).
+    """
     decoder = tuple(decoder_layer_ids) if decoder_layer_ids is not None else tuple(layout.moe_layer_ids)
     unknown = [l for l in decoder if l not in layout.moe_layer_ids]
     if unknown:
@@ -55,7 +60,7 @@ def fill_slime_replays(
             f"{len(replays)} replay objects for {len(decoder)} decoder MoE layers and at most "
             f"{layout.num_mtp_layers} MTP layers; cannot tell which are which"
         )
-    check_records(records, tokens, layout)
+    check_records(records, tokens, layout, weight_version)
     packed = pack_rows([r.experts for r in records], layout.num_experts, token_layout)
     columns = {lid: i for i, lid in enumerate(layout.moe_layer_ids)}
     for obj, lid in zip(replays, decoder):

@@ -1,25 +1,34 @@
-"""Check a routing record against the layout and its sample before anything is replayed."""
+"""Check a routing record against the layout and its sample before anything is replayed.
+
+A record must prove it belongs to the model (layout fingerprint, layers, top-k),
+to the sample (row count and the digest of the sample's token ids) and, when
+the trainer says which weights it holds, to those weights (weight version).
+Anything it cannot prove is refused: a wrong row that looks valid would train
+silently on routing from another sample or policy.
+"""
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
 from sglang_r3.layout import ModelLayout
-from sglang_r3.record import RecordError, RoutingRecord
+from sglang_r3.record import RecordError, RoutingRecord, token_array, token_digest
 
 
-def token_count(tokens: Any) -> int:
-    """A sample's token count, from an int, a 1-D tensor/array or a list of ids."""
-    if isinstance(tokens, (int, np.integer)):
-        return int(tokens)
-    shape = getattr(tokens, "shape", None)
-    if shape is not None:
-        if len(shape) != 1:
-            raise RecordError(f"a sample's tokens must be 1-D, got shape {tuple(shape)}")
-        return int(shape[0])
-    return len(tokens)
+def sample_token_ids(tokens: Any, sample: int = 0) -> np.ndarray:
+    """A sample's token ids as 1-D int64; a bare length is refused (it cannot identify a sample)."""
+    if isinstance(tokens, (int, np.integer)) or (getattr(tokens, "ndim", None) == 0):
+        raise RecordError(
+            f"sample {sample}: got a bare length ({int(tokens)}); a length cannot prove which sample a "
+            f"record belongs to (two samples of equal length would pass swapped), pass the token ids "
+            f"(1-D tensor, numpy array or list of ints)"
+        )
+    try:
+        return token_array(tokens)
+    except RecordError as e:
+        raise RecordError(f"sample {sample}: {e}") from None
 
 
 def _layer_difference(got: Sequence[int], want: Sequence[int]) -> str:
@@ -35,11 +44,22 @@ def _layer_difference(got: Sequence[int], want: Sequence[int]) -> str:
     return f"record layers {list(got)} {' and '.join(parts)} (layout MoE layers: {list(want)})"
 
 
-def check_record(record: RoutingRecord, layout: ModelLayout, num_tokens: int, sample: int = 0) -> None:
-    """Raise RecordError naming what differs; return silently when the record fits."""
+def check_record(
+    record: RoutingRecord,
+    layout: ModelLayout,
+    tokens: Any,
+    sample: int = 0,
+    weight_version: Optional[str] = None,
+) -> None:
+    """Raise RecordError naming what differs; return silently when the record fits.
+
+    tokens: the sample's token ids (prompt + completion). weight_version: the version of the
+    weights the trainer holds; None skips that check (the caller does not know it).
+    """
     where = f"sample {sample}"
     if not isinstance(record, RoutingRecord):
         raise RecordError(f"{where}: expected a RoutingRecord, got {type(record).__name__}")
+    ids = sample_token_ids(tokens, sample)
     if record.layout != layout.fingerprint:
         raise RecordError(
             f"{where}: record belongs to layout {record.layout!r}, but the trainer's layout is "
@@ -55,6 +75,7 @@ def check_record(record: RoutingRecord, layout: ModelLayout, num_tokens: int, sa
             f"{where}: record starts at token {record.start}; replay needs rows from token 0 "
             f"(request routing without routing_start, or join the partial records first)"
         )
+    num_tokens = int(ids.shape[0])
     if num_tokens < 1:
         raise RecordError(f"{where}: has {num_tokens} tokens")
     if record.num_tokens != num_tokens - 1:
@@ -62,26 +83,106 @@ def check_record(record: RoutingRecord, layout: ModelLayout, num_tokens: int, sa
             f"{where}: record has {record.num_tokens} rows, but the sample has {num_tokens} tokens "
             f"(expected {num_tokens - 1} rows: one per token but the last)"
         )
+    _check_identity(record, ids, where, weight_version)
     if not np.issubdtype(record.experts.dtype, np.integer):
         raise RecordError(f"{where}: expert ids have dtype {record.experts.dtype}, expected an integer dtype")
-    if record.num_tokens == 0:
-        return
-    for col, info in enumerate(layout.moe_layers):
-        ids = record.experts[:, col, :]
-        hi, lo = int(ids.max()), int(ids.min())
-        if hi >= info.num_experts or lo < 0:
-            bad = hi if hi >= info.num_experts else lo
-            row = int(np.argwhere(ids == bad)[0][0])
+    if record.num_tokens:
+        _check_ids(record.experts, layout, where)
+
+
+def _check_identity(record: RoutingRecord, ids: np.ndarray, where: str, weight_version: Optional[str]) -> None:
+    if record.tokens_digest is None:
+        raise RecordError(
+            f"{where}: record carries no tokens_digest, so nothing proves it was produced for this "
+            f"sample's tokens; refusing it (is the server older than the identity fields?)"
+        )
+    if record.tokens_digest != token_digest(ids):
+        raise RecordError(
+            f"{where}: record was produced for a different token sequence (tokens_digest "
+            f"{record.tokens_digest} != {token_digest(ids)} of the sample's {len(ids)} tokens); "
+            f"records and samples are mismatched (e.g. two samples swapped)"
+        )
+    if weight_version is not None and record.weight_version != weight_version:
+        got = "no weight_version" if record.weight_version is None else f"weight version {record.weight_version!r}"
+        raise RecordError(
+            f"{where}: record was routed with {got}, but the trainer holds weight version "
+            f"{weight_version!r}; its routing belongs to other weights"
+        )
+
+
+def _check_ids(experts: np.ndarray, layout: ModelLayout, where: str) -> None:
+    """Range per layer and distinct ids per (token, layer), over the whole array at once.
+
+    Runs on every fill (32k tokens x 89 layers x top-8 for GLM-4.5): no loop over rows or layers;
+    the per-layer bounds are only broadcast when the global max says something is out of range.
+    """
+    limits = np.array([l.num_experts for l in layout.moe_layers], dtype=np.int64)
+    flat = experts.reshape(-1)
+    hi = int(flat.max())
+    lo = int(flat.min()) if experts.dtype.kind == "i" else 0  # unsigned ids cannot go below 0
+    if hi >= int(limits.min()) or lo < 0:
+        bad = (experts < 0) | (experts >= limits[None, :, None])
+        if bad.any():
+            row, col, slot = (int(x) for x in np.argwhere(bad)[0])
+            info = layout.moe_layers[col]
             raise RecordError(
-                f"{where}: expert id {bad} at row {row}, layer {info.id} is outside 0..{info.num_experts - 1}"
+                f"{where}: expert id {int(experts[row, col, slot])} at row {row}, layer {info.id} "
+                f"is outside 0..{info.num_experts - 1}"
             )
+    _check_distinct(experts, layout, where)
 
 
-def check_records(records: Sequence[RoutingRecord], tokens: Sequence[Any], layout: ModelLayout) -> List[int]:
-    """Check every record before any is used; return each sample's token count."""
+# (token, layer) groups per block of the distinct-ids check: k columns of 128K ids stay in L2.
+_DISTINCT_BLOCK = 1 << 17
+
+
+def _check_distinct(experts: np.ndarray, layout: ModelLayout, where: str) -> None:
+    """No expert id twice in one (token, layer).
+
+    Per block of (token, layer) groups, the k slots are transposed into k contiguous columns and
+    every pair of columns is compared: k(k-1)/2 byte-wise passes over cache-resident data. For
+    GLM-4.5 (32k tokens x 89 layers, top-8) this measured ~5x faster than np.sort along the last
+    axis (which pays per-row overhead on an axis of length 8) and ~2x faster than the same pairwise
+    passes over whole-array columns (memory-bound).
+    """
+    rows, layers, k = experts.shape
+    if k < 2:
+        return
+    groups = np.ascontiguousarray(experts).reshape(-1, k)
+    block = min(_DISTINCT_BLOCK, groups.shape[0])
+    cols = np.empty((k, block), dtype=groups.dtype)
+    same = np.empty(block, dtype=bool)
+    for at in range(0, groups.shape[0], block):
+        part = groups[at : at + block]
+        n = part.shape[0]
+        np.copyto(cols[:, :n], part.T)
+        for i in range(k - 1):
+            for j in range(i + 1, k):
+                hit = np.equal(cols[i, :n], cols[j, :n], out=same[:n])
+                if hit.any():
+                    g = at + int(np.argmax(hit))
+                    row, col = divmod(g, layers)
+                    raise RecordError(
+                        f"{where}: row {row}, layer {layout.moe_layers[col].id} names expert "
+                        f"{int(groups[g, i])} twice in its top-{k}; a router picks distinct experts"
+                    )
+
+
+def check_records(
+    records: Sequence[RoutingRecord],
+    tokens: Sequence[Any],
+    layout: ModelLayout,
+    weight_version: Optional[str] = None,
+) -> List[int]:
+    """Check every record before any is used; return each sample's token count.
+
+    tokens[i]: sample i's token ids (1-D tensor, numpy array or list of ints), prompt + completion.
+    """
     if len(records) != len(tokens):
         raise RecordError(f"{len(records)} records for {len(tokens)} samples")
-    counts = [token_count(t) for t in tokens]
-    for i, (r, n) in enumerate(zip(records, counts)):
-        check_record(r, layout, n, i)
+    counts = []
+    for i, (r, t) in enumerate(zip(records, tokens)):
+        ids = sample_token_ids(t, i)
+        check_record(r, layout, ids, i, weight_version)
+        counts.append(int(ids.shape[0]))
     return counts

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
 
 from sglang_r3.layout import ROLE_MTP, LayerInfo, ModelLayout
-from sglang_r3.record import RoutingRecord
+from sglang_r3.record import RoutingRecord, token_digest
 
 
 def embedded_layout() -> ModelLayout:
@@ -32,18 +33,46 @@ def replace_layer(layout: ModelLayout, layer_id: int, **changes) -> ModelLayout:
     return ModelLayout(layout.architecture, layout.num_hidden_layers, tuple(layers))
 
 
-def synthetic_record(layout: ModelLayout, num_tokens: int, seed: int = 0) -> RoutingRecord:
-    """Rows for a sample of num_tokens tokens: distinct random experts per row and layer."""
+def synthetic_tokens(num_tokens: int, seed: int = 0, vocab: int = 128) -> torch.Tensor:
+    """A sample's token ids (prompt + completion), inside the Megatron test model's 128-token vocab."""
+    g = torch.Generator().manual_seed(10_000 + seed)
+    return torch.randint(0, vocab, (num_tokens,), generator=g)
+
+
+def synthetic_record(
+    layout: ModelLayout,
+    num_tokens: int,
+    seed: int = 0,
+    tokens: Optional[torch.Tensor] = None,
+    weight_version: Optional[str] = None,
+) -> RoutingRecord:
+    """Rows for a sample of num_tokens tokens: distinct random experts per row and layer.
+
+    The record carries the digest of ``tokens`` (default: ``synthetic_tokens(num_tokens, seed)``), as
+    the server's records carry the digest of the sample they were routed for.
+    """
     rng = np.random.default_rng(seed)
     n, L, k, E = num_tokens - 1, len(layout.moe_layer_ids), layout.topk, layout.num_experts
     experts = np.stack([rng.permutation(E)[:k] for _ in range(n * L)]).reshape(n, L, k) if n else np.zeros((0, L, k))
+    ids = synthetic_tokens(num_tokens, seed) if tokens is None else tokens
     return RoutingRecord(
         layout=layout.fingerprint,
         start=0,
         layers=layout.moe_layer_ids,
         experts=experts.astype(layout.expert_dtype),
+        weight_version=weight_version,
+        tokens_digest=token_digest(ids),
     )
 
 
-def synthetic_batch(layout: ModelLayout, lengths: Sequence[int], seed: int = 0) -> List[RoutingRecord]:
-    return [synthetic_record(layout, T, seed + i) for i, T in enumerate(lengths)]
+def synthetic_sample(layout: ModelLayout, num_tokens: int, seed: int = 0, **kw) -> Tuple[RoutingRecord, torch.Tensor]:
+    """(record, token ids) of one sample."""
+    return synthetic_record(layout, num_tokens, seed, **kw), synthetic_tokens(num_tokens, seed)
+
+
+def synthetic_batch(
+    layout: ModelLayout, lengths: Sequence[int], seed: int = 0, **kw
+) -> Tuple[List[RoutingRecord], List[torch.Tensor]]:
+    """(records, token ids) of a microbatch: sample i has lengths[i] tokens."""
+    pairs = [synthetic_sample(layout, T, seed + i, **kw) for i, T in enumerate(lengths)]
+    return [r for r, _ in pairs], [t for _, t in pairs]

@@ -21,7 +21,7 @@ def _tracker():
 def test_seed_000_three_mtp_heads_train_with_replay_and_log_three_losses(gpt_mtp3, mtp3_layout):
     filler = ReplayFiller(gpt_mtp3, mtp3_layout)
     assert [(s.layer_id, s.depth) for s in filler.mtp_sites] == [(4, 1), (5, 2), (6, 3)]
-    filler.fill(synthetic_batch(mtp3_layout, LENGTHS, seed=10), LENGTHS)
+    filler.fill(*synthetic_batch(mtp3_layout, LENGTHS, seed=10))
     g = torch.Generator().manual_seed(0)
     for _ in range(2):  # two microbatches accumulate in Megatron's tracker
         loss = forward_loss(gpt_mtp3, torch.randint(0, 128, (sum(LENGTHS),), generator=g), train=True)

@@ -15,19 +15,13 @@ from sglang_r3.trainer import ReplayFiller, pack_rows
 LENGTHS = [7, 9, 5]  # three samples packed into one microbatch of 21 tokens
 
 
-def _tokens(lengths, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, 128, (T,), generator=g) for T in lengths]
-
-
 def _sorted(a):
     return np.sort(np.asarray(a), axis=-1)
 
 
 def test_seed_001_glm47_decoder_routers_replay_records_mtp_routers_live(gpt_mtp1, glm_layout, caplog):
     model, layout = gpt_mtp1, glm_layout
-    records = synthetic_batch(layout, LENGTHS, seed=1)
-    tokens = _tokens(LENGTHS)
+    records, tokens = synthetic_batch(layout, LENGTHS, seed=1)
 
     with caplog.at_level(logging.INFO, logger="sglang_r3.trainer.filler"):
         filler = ReplayFiller(model, layout)
@@ -75,9 +69,9 @@ def test_seed_001_glm47_decoder_routers_replay_records_mtp_routers_live(gpt_mtp1
 def test_seed_001_backward_recompute_pops_the_same_rows(gpt_mtp1, glm_layout):
     """REPLAY_BACKWARD: a recomputed router forward (activation recompute) gets the filled rows again."""
     model, layout = gpt_mtp1, glm_layout
-    records = synthetic_batch(layout, LENGTHS, seed=2)
+    records, tokens = synthetic_batch(layout, LENGTHS, seed=2)
     filler = ReplayFiller(model, layout)
-    filler.fill(records, LENGTHS)
+    filler.fill(records, tokens)
     site = filler.decoder_sites[0]
     filler.replay_backward()
     x = torch.randn(sum(LENGTHS), 1, 64)
@@ -91,7 +85,7 @@ def test_seed_001_backward_recompute_pops_the_same_rows(gpt_mtp1, glm_layout):
 
 def test_seed_001_clear_returns_routers_to_their_own_routing(gpt_mtp1, glm_layout):
     filler = ReplayFiller(gpt_mtp1, glm_layout)
-    filler.fill(synthetic_batch(glm_layout, [6], seed=3), [6])
+    filler.fill(*synthetic_batch(glm_layout, [6], seed=3))
     filler.clear()
     for s in filler.decoder_sites:
         rr = s.router.router_replay
@@ -102,7 +96,7 @@ def test_seed_001_rows_that_do_not_match_the_microbatch_are_named(gpt_mtp1, glm_
     from sglang_r3.trainer import ReplayError
 
     filler = ReplayFiller(gpt_mtp1, glm_layout)
-    filler.fill(synthetic_batch(glm_layout, [8], seed=4), [8])
+    filler.fill(*synthetic_batch(glm_layout, [8], seed=4))
     with pytest.raises(ReplayError, match=r"decoder, layer 1\): 10 tokens reach the router but 8 rows"):
         forward_loss(gpt_mtp1, torch.zeros(10, dtype=torch.long), train=False)
     filler.clear()
@@ -114,7 +108,7 @@ def test_seed_001_global_action_does_not_capture_mtp_routers(gpt_mtp1, glm_layou
 
     filler = ReplayFiller(gpt_mtp1, glm_layout)
     RouterReplay.set_global_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
-    filler.fill(synthetic_batch(glm_layout, [5, 5], seed=5), [5, 5])
+    filler.fill(*synthetic_batch(glm_layout, [5, 5], seed=5))
     for s in filler.mtp_sites:
         assert s.router.router_replay.router_replay_action is None
     for s in filler.decoder_sites:
@@ -130,12 +124,12 @@ def test_routers_without_replay_instances_get_one(megatron_cpu, glm_layout):
     filler = ReplayFiller(model, glm_layout)
     assert all(s.router.router_replay is not None for s in filler.decoder_sites)
     assert all(s.router.router_replay is None for s in filler.mtp_sites)
-    filler.fill(synthetic_batch(glm_layout, [6], seed=6), [6])
+    (rec,), (ids,) = synthetic_batch(glm_layout, [6], seed=6)
+    filler.fill([rec], [ids])
     spy = RouterSpy(model)
     try:
-        forward_loss(model, torch.zeros(6, dtype=torch.long), train=False)
+        forward_loss(model, ids, train=False)
     finally:
         spy.close()
-    rec = synthetic_batch(glm_layout, [6], seed=6)[0]
     assert np.array_equal(spy.chosen(filler.decoder_sites[0].path).numpy()[:5], _sorted(rec.experts[:, 0, :]))
     filler.clear()

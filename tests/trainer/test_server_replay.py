@@ -10,6 +10,7 @@ import torch
 
 from megatron_cpu import RouterSpy, forward_loss
 from sglang_r3.client import RoutingClient
+from sglang_r3.record import token_digest
 from sglang_r3.trainer import ReplayFiller, pack_rows
 
 
@@ -21,15 +22,20 @@ def test_seed_001_real_server_records_replay_into_megatron(routing_server, gpt_m
         results = client.generate(input_ids=prompts, sampling_params={"max_new_tokens": 5, "temperature": 0})
 
     records = [r.record for r in results]
-    tokens = [torch.tensor(r.tokens) % 128 for r in results]  # the Megatron test model has a 128-token vocab
+    tokens = [torch.tensor(r.tokens) for r in results]
     for r in results:
         assert r.record.num_tokens == r.num_tokens - 1 and r.record.layout == layout.fingerprint
+        # The server tags each record with the sample it routed and the weights that routed it.
+        assert r.record.tokens_digest == token_digest(r.tokens)
+        assert r.record.weight_version is not None and r.record.weight_version == r.weight_version
 
-    filler = ReplayFiller(gpt_mtp1, layout)
+    # The records prove they belong to these samples and these weights; the filler checks both.
+    filler = ReplayFiller(gpt_mtp1, layout, weight_version=results[0].weight_version)
     filler.fill(records, tokens)
     spy = RouterSpy(gpt_mtp1)
     try:
-        loss = forward_loss(gpt_mtp1, torch.cat(tokens), train=True)
+        # The Megatron test model has a 128-token vocab; the records' digests are of the real ids.
+        loss = forward_loss(gpt_mtp1, torch.cat(tokens) % 128, train=True)
         filler.replay_backward()
         loss.mean().backward()
     finally:
