@@ -46,8 +46,12 @@ def resolve_argv(argv: Sequence[str], *, cpu: bool) -> List[str]:
     return out
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def prepare(argv: Sequence[str], process: Optional[str] = None):
+    """SGLang's ServerArgs for our argv, checked against what capture supports.
+
+    process: install our patches for this process kind first ("server" mounts the HTTP
+    routes); None leaves it to SGLang's plugin loader (an in-process Engine).
+    """
     from sglang_r3.cpu import activate_cpu_runtime, has_gpu
 
     cpu = not has_gpu()
@@ -55,18 +59,33 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         activate_cpu_runtime()
     os.environ[ENABLE_ENV] = "1"  # read by the plugin in SGLang's child processes
     sglang_argv = resolve_argv(argv, cpu=cpu)
+    if process is not None:
+        from sglang_r3.patches import install
 
-    from sglang_r3.patches import install
+        install(process=process)
 
-    install(process="server")
-
-    from sglang.launch_server import run_server
     from sglang.srt.plugins import load_plugins
     from sglang.srt.server_args import prepare_server_args
-    from sglang.srt.utils import kill_process_tree
 
     load_plugins()
     server_args = prepare_server_args(sglang_argv)
+    from sglang_r3.patches.startup_checks import UnsupportedConfigError, check_supported
+
+    try:
+        # Before SGLang starts any process: outside the capture envelope it would serve
+        # wrong routing rows with HTTP 200. This also resolves server_args (run_server's own
+        # resolve_once then returns at once).
+        check_supported(server_args, argv=sglang_argv)
+    except UnsupportedConfigError as exc:
+        raise SystemExit(str(exc)) from None  # the message on stderr, exit status 1, no traceback
+    return server_args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    server_args = prepare(list(sys.argv[1:] if argv is None else argv), process="server")
+    from sglang.launch_server import run_server
+    from sglang.srt.utils import kill_process_tree
+
     try:
         run_server(server_args)
     finally:

@@ -1,0 +1,324 @@
+"""Configurations outside the capture envelope are refused at start-up, naming the flag.
+
+Argument level, in process: the argv our launcher builds (``resolve_argv(..., cpu=True)``), SGLang's own
+``prepare_server_args``, then ``check_supported`` (which also runs SGLang's resolution, ``resolve_once``).
+No server is started, except the one end-to-end launch at the bottom, which must exit before SGLang
+launches anything.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sglang_r3.launch_server import resolve_argv
+
+
+@pytest.fixture(scope="module")
+def sglang_args():
+    # SGLang's argument resolution imports sgl-kernel, which needs the libcuda stand-in on a CPU-only
+    # host; resolution also exports env vars. Restore the environment so later tests (which start real
+    # servers) see the one they would have seen without this module.
+    saved = dict(os.environ)
+    from sglang_r3.cpu import activate_cpu_runtime, has_gpu
+
+    if not has_gpu():
+        activate_cpu_runtime()
+    from sglang.srt.server_args import prepare_server_args
+
+    yield prepare_server_args
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def _check(prepare_server_args, flags, *, pass_argv=True):
+    from sglang_r3.patches.startup_checks import check_supported
+
+    argv = resolve_argv(flags, cpu=True)
+    server_args = prepare_server_args(argv)
+    check_supported(server_args, argv=argv if pass_argv else None)
+    return server_args
+
+
+def _refusal(prepare_server_args, flags, **kw):
+    from sglang_r3.patches.startup_checks import UnsupportedConfigError
+
+    with pytest.raises(UnsupportedConfigError) as info:
+        _check(prepare_server_args, flags, **kw)
+    return info.value
+
+
+def _assert_only_flag(err, flag: str, *reason_words: str):
+    """Exactly one refusal, for ``flag``, on its own line of the message, with a reason."""
+    assert err.flags == [flag], str(err)
+    line = next(l for l in str(err).splitlines() if l.startswith(f"  {flag}: "))
+    for word in reason_words:
+        assert word in line, line
+
+
+# -- the envelope we serve today keeps starting ----------------------------------------------------
+
+TREE = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "4"]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],  # the default launch: embedded model, EAGLE/NEXTN speculation topk 1, CPU flags
+        ["--disable-speculation"],
+        TREE,
+        ["--speculative-algorithm", "NEXTN"],  # SGLang's alias for EAGLE
+        ["--dtype", "bfloat16"],
+        ["--enable-metrics"],
+        ["--admin-api-key", "secret"],
+        ["--max-total-tokens", "4096"],
+        ["--sleep-on-idle"],
+        ["--tp-size", "1"],
+    ],
+    ids=lambda f: " ".join(f) or "defaults",
+)
+def test_supported_configuration_passes_the_check(sglang_args, flags):
+    _check(sglang_args, flags)
+
+
+def test_expert_parallel_without_all_to_all_backend_is_accepted(sglang_args):
+    # With --moe-a2a-backend none every rank routes the whole batch: rows are complete.
+    server_args = _check(sglang_args, ["--tp-size", "2", "--ep-size", "2"])
+    from sglang.srt.arg_groups.overrides import resolving_view
+
+    assert resolving_view(server_args).moe_a2a_backend == "none"
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--enable-eplb", "--ep-size", "2", "--tp-size", "2"], ["--init-expert-location", "trivial"]],
+    ids=lambda f: " ".join(f),
+)
+def test_eplb_is_accepted_because_capture_sees_logical_ids(sglang_args, flags):
+    _check(sglang_args, flags)
+
+
+def _function_source(module: str, function: str) -> str:
+    # Read the file rather than import it: the NPU module does not import on other hosts.
+    path = importlib.util.find_spec(module).origin
+    text = open(path).read()
+    node = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef) and n.name == function)
+    return ast.get_source_segment(text, node)
+
+
+@pytest.mark.parametrize(
+    "module, function",
+    [
+        ("sglang.srt.layers.moe.topk", "_post_process_topk_ids"),
+        ("sglang.srt.hardware_backend.npu.moe.topk", "_finalize_topk_npu"),
+    ],
+)
+def test_capture_site_runs_before_the_eplb_logical_to_physical_remap(module, function):
+    # Why EPLB is accepted: rows hold the router's logical expert ids, whatever EPLB does to placement.
+    # If an SGLang bump moves the capture after the remap, EPLB must be refused instead.
+    src = _function_source(module, function)
+    assert src.index("capture_routed_experts_if_allowed(") < src.index("topk_ids_logical_to_physical(")
+
+
+def test_single_batch_overlap_is_accepted(sglang_args):
+    # One batch, one select_experts per layer: routing is captured as without it.
+    _check(sglang_args, ["--enable-single-batch-overlap"])
+
+
+def test_skip_tokenizer_init_is_accepted(sglang_args):
+    # Responses still go through our /generate; the tokenizer manager base64s the payload as the
+    # detokenizer would.
+    _check(sglang_args, ["--skip-tokenizer-init"])
+
+
+# -- one refusal per flag ----------------------------------------------------------------------------
+
+
+def test_dp_attention_is_refused(sglang_args):
+    err = _refusal(sglang_args, ["--enable-dp-attention"])
+    _assert_only_flag(err, "--enable-dp-attention", "DP attention", "own batch")
+
+
+def test_attention_dp_size_is_refused(sglang_args):
+    err = _refusal(sglang_args, ["--attn-dp-size", "2", "--tp-size", "2"])
+    _assert_only_flag(err, "--attn-dp-size 2", "DP attention")
+
+
+def test_all_to_all_backend_with_attention_tp_is_refused_naming_the_combination(sglang_args):
+    err = _refusal(sglang_args, ["--moe-a2a-backend", "deepep", "--tp-size", "2", "--ep-size", "2"])
+    _assert_only_flag(
+        err,
+        "--moe-a2a-backend deepep together with --tp-size 2 (attention-TP width 2) and --ep-size 2",
+        "scatters",
+        "all-gathers top-k",
+    )
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--enable-waterfill", "--tp-size", "2"],
+         "--moe-a2a-backend deepep (not on the command line: SGLang set it while resolving"),
+        (["--moe-a2a-backend", "none", "--enable-waterfill", "--tp-size", "2"],
+         "--moe-a2a-backend deepep (SGLang resolved it from 'none')"),
+    ],
+    ids=["untyped", "typed-none"],
+)
+def test_all_to_all_backend_set_by_sglang_resolution_is_refused(sglang_args, flags, flag):
+    # --enable-waterfill makes SGLang's resolution switch the a2a backend to DeepEP: only the resolved
+    # view shows it, and the message says where the value came from.
+    err = _refusal(sglang_args, flags)
+    assert len(err.refusals) == 1, str(err)
+    assert err.flags[0].startswith(flag), str(err)
+    assert "together with --tp-size 2" in err.flags[0]
+
+
+@pytest.mark.parametrize("mode", ["prefill", "decode"])
+def test_pd_disaggregation_is_refused(sglang_args, mode):
+    err = _refusal(sglang_args, ["--disaggregation-mode", mode])
+    _assert_only_flag(err, f"--disaggregation-mode {mode}", "neither holds all")
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--enable-hierarchical-cache"], "--enable-hierarchical-cache"),
+        (["--enable-hicache"], "--enable-hicache"),  # named as typed, not by its canonical spelling
+        (["--hicache-storage-backend", "file"], "--hicache-storage-backend file"),
+        (["--enable-lmcache"], "--enable-lmcache"),
+        (["--enable-flexkv"], "--enable-flexkv"),
+        (["--enable-unified-cache-external-linker"], "--enable-unified-cache-external-linker"),
+        (["--enable-hisparse"], "--enable-hisparse"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_host_or_storage_kv_cache_is_refused(sglang_args, flags, flag):
+    err = _refusal(sglang_args, flags)
+    _assert_only_flag(err, flag, "KV")
+
+
+def test_flag_is_named_as_typed_from_sglangs_own_record_of_the_command_line(sglang_args):
+    # Without argv, check_supported reads the command line SGLang kept on the record.
+    err = _refusal(sglang_args, ["--enable-hicache"], pass_argv=False)
+    _assert_only_flag(err, "--enable-hicache", "stale")
+
+
+def test_pipeline_parallel_is_refused(sglang_args):
+    err = _refusal(sglang_args, ["--pp-size", "2"])
+    _assert_only_flag(err, "--pp-size 2", "pipeline ranks")
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--attn-cp-size", "2", "--tp-size", "2"], "--attn-cp-size 2"),
+        (["--enable-prefill-cp"], "--enable-prefill-cp"),
+        (["--dcp-size", "2", "--tp-size", "2"], "--dcp-size 2"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_context_parallel_is_refused(sglang_args, flags, flag):
+    _assert_only_flag(_refusal(sglang_args, flags), flag, "KV slots")
+
+
+@pytest.mark.parametrize(
+    "algorithm, worker",
+    [
+        ("NGRAM", "NGRAMWorker"),
+        ("STANDALONE", "StandaloneWorkerV2"),
+        ("EAGLE3", "EAGLE-3"),
+        ("DFLASH", "DFlashWorkerV2"),
+        ("FROZEN_KV_MTP", "FrozenKVMTPWorkerV2"),
+    ],
+)
+def test_speculative_algorithm_without_our_hooked_worker_is_refused(sglang_args, algorithm, worker):
+    err = _refusal(sglang_args, ["--speculative-algorithm", algorithm])
+    _assert_only_flag(err, f"--speculative-algorithm {algorithm}", worker, "EAGLEWorkerV2")
+
+
+def test_multi_layer_eagle_worker_is_refused(sglang_args):
+    err = _refusal(sglang_args, ["--enable-multi-layer-eagle"])
+    _assert_only_flag(err, "--enable-multi-layer-eagle", "MultiLayerEagleWorkerV2")
+
+
+def test_two_batch_overlap_is_refused(sglang_args):
+    err = _refusal(sglang_args, ["--enable-two-batch-overlap"])
+    _assert_only_flag(err, "--enable-two-batch-overlap", "micro-batches")
+
+
+@pytest.mark.parametrize("backend", ["triton_kernel", "flashinfer_trtllm"])
+def test_moe_runner_that_routes_inside_its_kernel_is_refused(sglang_args, backend):
+    err = _refusal(sglang_args, ["--moe-runner-backend", backend])
+    _assert_only_flag(err, f"--moe-runner-backend {backend}", "capture site")
+
+
+def test_multi_tokenizer_mode_is_refused(sglang_args):
+    err = _refusal(sglang_args, ["--tokenizer-worker-num", "2"])
+    _assert_only_flag(err, "--tokenizer-worker-num 2", "/generate")
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [(["--grpc-port", "50051"], "--grpc-port 50051"), (["--smg-grpc-mode"], "--smg-grpc-mode")],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_grpc_serving_is_refused(sglang_args, flags, flag):
+    _assert_only_flag(_refusal(sglang_args, flags), flag, "bypass our /generate")
+
+
+def test_ray_launch_is_refused(sglang_args):
+    _assert_only_flag(_refusal(sglang_args, ["--use-ray"]), "--use-ray", "SGLANG_R3_ENABLED")
+
+
+def test_pd_multiplexing_is_refused(sglang_args):
+    _assert_only_flag(_refusal(sglang_args, ["--enable-pdmux"]), "--enable-pdmux", "interleaved")
+
+
+def test_rust_http_server_is_refused(sglang_args, monkeypatch):
+    monkeypatch.setenv("SGLANG_RUST_SERVER", "1")
+    err = _refusal(sglang_args, [])
+    _assert_only_flag(err, "SGLANG_RUST_SERVER=1 (environment variable)", "FastAPI")
+
+
+def test_every_unsupported_setting_is_listed_at_once(sglang_args):
+    err = _refusal(
+        sglang_args,
+        ["--enable-dp-attention", "--pp-size", "2", "--enable-hierarchical-cache",
+         "--speculative-algorithm", "NGRAM", "--tokenizer-worker-num", "2"],
+    )
+    assert err.flags == [
+        "--enable-dp-attention",
+        "--pp-size 2",
+        "--enable-hierarchical-cache",
+        "--speculative-algorithm NGRAM",
+        "--tokenizer-worker-num 2",
+    ], str(err)
+    assert sum(l.startswith("  --") for l in str(err).splitlines()) == 5
+
+
+# -- the launcher -------------------------------------------------------------------------------------
+
+
+def test_refused_launch_exits_nonzero_naming_the_flag_before_sglang_starts():
+    start = time.monotonic()
+    # Generous timeout: importing SGLang takes ~25 s on a loaded 2-core machine.
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_r3.launch_server", "--enable-dp-attention"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    assert "  --enable-dp-attention: " in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    # SGLang logs its resolved arguments as it starts launching its processes; it never got there.
+    assert "server_args=" not in proc.stderr + proc.stdout
+    assert elapsed < 120
