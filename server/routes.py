@@ -21,11 +21,21 @@ from pydantic import ValidationError
 
 from server.schemas import CaptureModeRequest, CaptureStats, ErrorResponse, LayoutResponse, RoutingOptions
 from sglang_r3.capture.capturer import CAPTURE_MODE_CODES
-from sglang_r3.capture.transport import decode_payload, to_upstream_routed_experts
-from sglang_r3.layout import ModelLayout, layout_from_hf_config
-from sglang_r3.record import RoutingRecord, bits_for
+from sglang_r3.capture.transport import NATIVE_ROUTING, CapturedRouting, to_upstream_routed_experts
+from sglang_r3.layout import ModelLayout
+from sglang_r3.patches.metrics import metrics
+from sglang_r3.patches.responses import record_of, refuse, served_layout
+from sglang_r3.record import bits_for
 
 logger = logging.getLogger(__name__)
+
+try:  # SGLang's own endpoint auth levels: with --admin-api-key set, admin endpoints need that key
+    from sglang.srt.utils.auth import AuthLevel, auth_level
+except ImportError:  # pragma: no cover
+    AuthLevel = None
+
+    def auth_level(_level):
+        return lambda f: f
 
 MSGPACK = "application/msgpack"
 router = APIRouter()
@@ -49,14 +59,8 @@ def _state():
     return get_global_state()
 
 
-@lru_cache(maxsize=1)
-def _layout_for(hf_config_id: int) -> ModelLayout:
-    return layout_from_hf_config(_state().tokenizer_manager.model_config.hf_config)
-
-
 def current_layout() -> ModelLayout:
-    tm = _state().tokenizer_manager
-    return _layout_for(id(tm.model_config.hf_config))
+    return served_layout(_state().tokenizer_manager)
 
 
 # ---------------------------------------------------------------------------
@@ -73,6 +77,14 @@ def parse_routing_options(body: Dict[str, Any]) -> RoutingOptions:
         raise RequestError(f"{field}: {err['msg']} (got {err.get('input')!r})", field=field) from None
     if opts.routing_start is not None and not opts.want_routing:
         raise RequestError("routing_start needs return_routing", field="routing_start")
+    if opts.want_mtp:
+        topk = getattr(_state().tokenizer_manager.server_args, "speculative_eagle_topk", None) or 1
+        if topk > 1:
+            # Tree drafting routes sibling drafts per position; the MTP section cannot say which was kept.
+            raise RequestError(
+                f"return_routing.mtp is not supported with tree drafting (--speculative-eagle-topk {topk}); "
+                "main rows are", field="return_routing"
+            )
     if (
         opts.routing_start is not None
         and opts.routed_experts_start_len is not None
@@ -124,24 +136,37 @@ def attach_routing(out: Dict[str, Any], opts: RoutingOptions, layout: ModelLayou
     meta = out.get("meta_info")
     if not isinstance(meta, dict):
         return out
-    raw = meta.pop("routed_experts", None)
-    if raw is None or not opts.any:
+    captured = meta.pop("routed_experts", None)
+    if not isinstance(captured, CapturedRouting) or not opts.any:
         return out
-    captured = decode_payload(base64.b64decode(raw) if isinstance(raw, str) else bytes(raw))
+    if captured.error is not None:
+        refuse(meta, captured)  # no rows at all: `routing_error` says how many were never captured and why
+        return out
+    m = metrics()
     if opts.want_routing:
-        record = RoutingRecord(
-            layout=layout.fingerprint,
-            start=captured.start,
-            layers=layout.moe_layer_ids,
-            experts=captured.experts,
-            mtp=captured.mtp if opts.want_mtp else None,
-        )
+        record = record_of(captured, layout, meta, with_mtp=opts.want_mtp)
         # msgpack: ids bit-packed at ceil(log2(num_experts)) bits ("packing" field; from_wire reads it).
         meta["routing"] = record.to_wire(binary=binary, pack_bits=bits_for(layout.num_experts) if binary else None)
+        if m is not None:
+            form = "msgpack" if binary else "json"
+            m.records_served.labels(form=form).inc()
+            m.record_bytes.labels(form=form).inc(record.experts.nbytes)
     if opts.return_routed_experts:
         upstream = to_upstream_routed_experts(captured, layout.num_hidden_layers, layout.moe_layer_ids)
         meta["routed_experts"] = base64.b64encode(upstream.tobytes()).decode("ascii")
+        if m is not None:
+            m.records_served.labels(form="upstream").inc()
+            m.record_bytes.labels(form="upstream").inc(upstream.nbytes)
     return out
+
+
+@lru_cache(maxsize=1)
+def _generate_fields() -> frozenset:
+    import dataclasses
+
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    return frozenset(f.name for f in dataclasses.fields(GenerateReqInput))
 
 
 def _wants_msgpack(request: Request) -> bool:
@@ -202,9 +227,10 @@ async def generate(request: Request):
     if contract_error is not None:
         return JSONResponse({"error": {"message": contract_error}}, status_code=400)
     try:
-        obj = GenerateReqInput(**body)
+        # Unknown fields are ignored, as SGLang's own handler does (the gateway adds `model`).
+        obj = GenerateReqInput(**{k: v for k, v in body.items() if k in _generate_fields()})
     except TypeError as e:
-        return RequestError(f"unknown or malformed /generate field: {e}").response()
+        return RequestError(f"malformed /generate field: {e}").response()
     tm = _state().tokenizer_manager
     layout = current_layout() if opts.any else None
     binary = _wants_msgpack(request)
@@ -221,6 +247,7 @@ async def generate(request: Request):
         from sglang.srt.utils.json_response import dumps_json
 
         async def stream():
+            NATIVE_ROUTING.set(layout is not None)  # this generator's own context (Starlette iterates it)
             try:
                 async for out in tm.generate_request(obj, request):
                     out = finish(out)
@@ -239,10 +266,13 @@ async def generate(request: Request):
             media_type=MSGPACK if binary else "text/event-stream",
             background=tm.create_abort_task(obj),
         )
+    token = NATIVE_ROUTING.set(layout is not None)
     try:
         ret = await tm.generate_request(obj, request).__anext__()
     except ValueError as e:
         return _create_error_response(e)
+    finally:
+        NATIVE_ROUTING.reset(token)
     return _respond(finish(ret), binary)
 
 
@@ -253,9 +283,10 @@ async def routing_layout():
 
 @router.post(
     "/routing/capture",
-    responses={400: {"model": ErrorResponse}},
-    summary="Switch capture at runtime: off / main / main+mtp (for overhead measurements)",
+    responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}},
+    summary="Switch capture at runtime: off / main / main+mtp (admin: needs --admin-api-key's key when set)",
 )
+@auth_level(AuthLevel.ADMIN_OPTIONAL)
 async def routing_capture(body: CaptureModeRequest):
     from sglang.srt.managers.io_struct import SetInternalStateReq
 

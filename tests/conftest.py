@@ -11,17 +11,24 @@ import os
 import pytest
 import torch
 
+from benchmarks.soak import SOAK_SERVER_FLAGS
 from tests.servers import ServerProcess
 
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+ADMIN_KEY = "r3-admin-test-key"
+
 SERVER_FLAGS = {
     "spec": [],  # no flags: exactly what `python -m sglang_r3.launch_server` serves
-    "nospec": ["--disable-speculation"],
-    # EAGLE tree drafting (topk 2): accepted tokens' KV is moved, and rows must follow it.
+    "nospec": ["--disable-speculation", "--enable-metrics"],
+    # EAGLE tree drafting (topk 2): accepted tokens' KV is moved, and rows must follow it. The admin
+    # key guards state-changing endpoints only (/generate stays open).
     "tree": ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
-             "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "4"],
+             "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "4",
+             "--admin-api-key", ADMIN_KEY],
+    # A KV pool a few requests wide: concurrent decodes run out of KV and SGLang retracts requests.
+    "soak": SOAK_SERVER_FLAGS,
 }
 
 
@@ -74,3 +81,9 @@ def nospec_server(_servers) -> str:
 def tree_server(_servers) -> str:
     """Base URL of the embedded model with EAGLE tree drafting (topk 2)."""
     return _servers.get("tree").url
+
+
+@pytest.fixture(scope="session")
+def soak_server(_servers) -> str:
+    """Base URL of the embedded model (MTP speculation on) with a small KV pool (forces retractions)."""
+    return _servers.get("soak").url

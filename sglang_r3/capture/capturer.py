@@ -3,13 +3,22 @@
 Lifecycle of one row: the MoE router of main layer ``l`` picks top-k ids for
 the tokens of a target forward -> ``capture(l, ids)`` stages them at
 ``[token, row(l)]`` -> ``on_forward_end`` scatters the staged rows into the
-host buffer at each token's KV slot -> at request finish ``rows_for_slots``
-gathers the request's slots. Keying by KV slot is what makes prefix-cache hits
-and speculative verify correct for free: a slot's row is written by the
-forward that computed that slot's KV, and only accepted tokens keep slots.
+host buffer at each token's KV slot and marks those slots written -> at
+request finish ``rows_for_slots`` gathers the request's slots. Keying by KV
+slot is what makes prefix-cache hits and speculative verify correct for free:
+a slot's row is written by the forward that computed that slot's KV, and only
+accepted tokens keep slots.
 
-Only MoE layers get a column (dense layers have no routing), so a row is
-``n_moe * topk`` bytes instead of upstream's ``num_hidden_layers * topk * 4``.
+Fail closed: every forward that computes KV for a slot either writes that
+slot's row (all MoE columns captured) or clears the slot's ``written`` mark
+(capture off, or a column missing). A request whose slots are not all marked
+gets no rows at all, never a zero or a previous occupant's row.
+
+GPU discipline: the staging buffer is sized once from the server's limits
+(CUDA graphs keep writing into the storage they were captured with, so it is
+never replaced; a bigger forward raises). Under SGLang's overlap scheduler
+(``no_copy_to_cpu``) the device->host copy is deferred to the result-copy
+stream through a ``DeferredRows`` holder, as upstream's ``TopkCaptureOutput``.
 """
 
 from __future__ import annotations
@@ -41,6 +50,12 @@ class CaptureStats:
     main_rows_written: int = 0
     main_captures_from_draft: int = 0  # must stay 0: checked by tests through /routing/stats
     unknown_layer_captures: int = 0
+    rows_invalidated: int = 0  # slots whose KV a forward computed without capturing their rows
+    incomplete_forwards: int = 0  # eager forwards where some MoE layer did not capture
+    # Host-buffer writes made on the forward path (a blocking device->host copy on a GPU); 0 under
+    # the overlap scheduler, which hands every copy to its result-copy stream (deferred_copies).
+    blocking_copies: int = 0
+    deferred_copies: int = 0  # copies handed to the overlap scheduler's result-copy stream
     kv_moves: int = 0  # KV-move calls seen (tree drafting)
     rows_moved: int = 0  # rows that actually changed slot
     extra: Dict[str, int] = field(default_factory=dict)
@@ -54,6 +69,42 @@ class CaptureStats:
 CAPTURE_MODES = ("off", "main", "main+mtp")
 # SGLang's /set_internal_state channel carries numbers only.
 CAPTURE_MODE_CODES = {0: "off", 1: "main", 2: "main+mtp"}
+
+
+class StagingOverflow(CaptureViolation):
+    """A forward carried more tokens than the staging buffer sized from the server's limits."""
+
+
+@dataclass
+class DeferredRows:
+    """One forward's rows on their way to the host, for SGLang's overlap scheduler.
+
+    Duck-types upstream's ``TopkCaptureOutput``: ``map_device_tensors`` is handed
+    SGLang's pinned non-blocking D2H copy (run on the result-copy stream), and
+    ``finalize`` runs after ``copy_done.synchronize()``, before the batch's
+    results (and so any request finish) are processed.
+    """
+
+    loc: torch.Tensor  # [n] KV slots (device until mapped)
+    rows: Optional[torch.Tensor]  # [n, n_moe, topk], or None: invalidate the slots (nothing captured)
+    capturer: "RoutingCapturer"
+    # KV moves made after this forward in the same step (tree drafting moves accepted verify
+    # tokens' KV): applied after the rows land, in order.
+    moves: list = field(default_factory=list)
+
+    def map_device_tensors(self, fn):
+        self.loc = fn(self.loc)
+        if self.rows is not None:
+            self.rows = fn(self.rows)
+        self.moves = [(fn(src), fn(dst)) for src, dst in self.moves]
+
+    def finalize(self):
+        cap = self.capturer
+        cap._store(self.loc, self.rows)
+        for src, dst in self.moves:
+            cap._move(src, dst)
+        if cap._open is self:
+            cap._open = None
 
 
 class RoutingCapturer:
@@ -70,16 +121,24 @@ class RoutingCapturer:
         self.topk = layout.topk
         self.num_moe = len(layout.moe_layer_ids)
         self.dtype = torch_dtype_for(layout)
+        self.device = torch.device(device)
         # layer id -> column; -1 for layers without main rows (dense).
         self._column = [-1] * layout.num_hidden_layers
         for col, layer_id in enumerate(layout.moe_layer_ids):
             self._column[layer_id] = col
-        self.host = torch.zeros((num_slots, self.num_moe, self.topk), dtype=self.dtype)
-        self.staging = torch.zeros((max_batch_tokens, self.num_moe, self.topk), dtype=self.dtype, device=device)
+        self._all_columns = (1 << self.num_moe) - 1
+        self._seen = 0  # bit per column captured in the current eager forward
+        self._seen_tokens = 0  # fewest tokens any column captured in the current forward
+        pin = self.device.type == "cuda"  # non_blocking D2H lands only in pinned memory
+        self.host = torch.zeros((num_slots, self.num_moe, self.topk), dtype=self.dtype, pin_memory=pin)
+        # written[s]: the row at slot s was captured by the forward that computed slot s's KV.
+        self.written = torch.zeros(num_slots, dtype=torch.bool, pin_memory=pin)
+        self.staging = torch.zeros((max_batch_tokens, self.num_moe, self.topk), dtype=self.dtype, device=self.device)
         self.stats = CaptureStats()
         # Set while a draft (MTP) forward runs; a main capture then is a bug.
         self._draft_depth = threading.local()
         self.draft: Optional["object"] = None  # DraftCapturer, attached by the speculative worker
+        self._open: Optional[DeferredRows] = None  # the latest forward's rows, not yet on the host
         # Runtime switch (benchmarks compare modes inside one server process).
         self.mode = "main+mtp"
 
@@ -124,36 +183,76 @@ class RoutingCapturer:
                 f"does not list as a main MoE layer"
             )
         n = topk_indices.shape[0]
-        if n > self.staging.shape[0]:  # a bigger forward than any so far (rare): grow once
-            self.staging = torch.zeros((2 * n, *self.staging.shape[1:]), dtype=self.dtype, device=self.staging.device)
+        if n > self.staging.shape[0]:
+            raise StagingOverflow(
+                f"a forward routed {n} tokens but the capture staging holds {self.staging.shape[0]} "
+                f"(sized from the server's chunked-prefill / max-running-requests limits)"
+            )
         # Upstream may append fused shared-expert columns after the routed ones.
         self.staging[:n, col, :] = topk_indices[:, : self.topk]
+        self._seen_tokens = n if not self._seen else min(self._seen_tokens, n)
+        self._seen |= 1 << col
 
     def on_forward_end(self, forward_batch, can_run_graph=False, cuda_graph_batch=None, no_copy_to_cpu=False):
-        if not self.capture_main:
-            return None
         loc = getattr(forward_batch, "out_cache_loc_virtual", None)
         if loc is None:
             loc = forward_batch.out_cache_loc
         n = int(loc.shape[0])
-        if n:
-            self.host[loc.to("cpu", non_blocking=False).long()] = self.staging[:n].to("cpu")
-        self.stats.main_forwards += 1
-        self.stats.main_rows_written += n
-        return None  # rows are already on the host; nothing for the overlap thread
+        complete = self.capture_main and (
+            # A replayed CUDA graph writes every column without calling capture() from Python;
+            # the graph was recorded from an eager forward that did.
+            can_run_graph or (self._seen == self._all_columns and self._seen_tokens >= n)
+        )
+        if self.capture_main and not complete and n:
+            self.stats.incomplete_forwards += 1
+        self._seen = 0
+        if not n:
+            return None
+        rows = self.staging[:n] if complete else None
+        if complete:
+            self.stats.main_forwards += 1
+            self.stats.main_rows_written += n
+        else:
+            self.stats.rows_invalidated += n
+        if no_copy_to_cpu:
+            # Clone: the next overlapped forward reuses the staging buffer before the copy runs.
+            self.stats.deferred_copies += 1
+            self._open = DeferredRows(loc=loc.clone(), rows=None if rows is None else rows.clone(), capturer=self)
+            return self._open
+        self.stats.blocking_copies += 1
+        self._store(loc, rows)
+        return None
+
+    def _store(self, loc: torch.Tensor, rows: Optional[torch.Tensor]) -> None:
+        idx = loc.to("cpu").long()
+        if rows is None:
+            self.written[idx] = False
+            return
+        self.host[idx] = rows.to("cpu")
+        self.written[idx] = True
 
     def destroy(self) -> None:
         self.host = None
+        self.written = None
         self.staging = None
 
     # -- reads ---------------------------------------------------------------
-    def rows_for_slots(self, slots: torch.Tensor) -> torch.Tensor:
-        """[len(slots), n_moe, topk] copy of the rows at these KV slots."""
-        return self.host[slots.to("cpu").long()].clone()
+    def rows_for_slots(self, slots: torch.Tensor):
+        """(rows [len(slots), n_moe, topk] copied, number of those slots with no captured row)."""
+        idx = slots.to("cpu").long()
+        missing = int(idx.numel() - int(self.written[idx].sum()))
+        return self.host[idx].clone(), missing
 
     def move_rows(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         """Follow a KV move inside a request (tree drafting keeps accepted tokens' KV at new slots)."""
         self.stats.kv_moves += 1
+        if self._open is not None:  # the moved rows are still on their way to the host
+            self._open.moves.append((src_slots.clone(), dst_slots.clone()))
+            return
+        self.stats.blocking_copies += 1
+        self._move(src_slots, dst_slots)
+
+    def _move(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         src = src_slots.to("cpu").long().reshape(-1)
         dst = dst_slots.to("cpu").long().reshape(-1)
         keep = (src >= 0) & (dst >= 0) & (src != dst)  # -1: sentinel of an unused accept slot
@@ -161,7 +260,11 @@ class RoutingCapturer:
             return
         src, dst = src[keep], dst[keep]
         self.host[dst] = self.host[src].clone()  # clone: src and dst ranges may overlap
+        self.written[dst] = self.written[src].clone()
         self.stats.rows_moved += int(dst.numel())
 
     def host_bytes_per_slot(self) -> int:
-        return self.num_moe * self.topk * self.host.element_size()
+        return self.num_moe * self.topk * self.host.element_size() + self.written.element_size()
+
+    def staging_ptr(self) -> int:
+        return self.staging.untyped_storage().data_ptr()

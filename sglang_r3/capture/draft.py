@@ -47,11 +47,22 @@ class DraftStats:
 class DraftCapturer:
     """Stages draft-router top-k per depth during a draft forward, then files them per request."""
 
-    def __init__(self, depth_of_config: Dict[int, int], topk: int, dtype: torch.dtype):
+    def __init__(
+        self,
+        depth_of_config: Dict[int, int],
+        topk: int,
+        dtype: torch.dtype,
+        max_tokens: int = 4096,
+        device: str | torch.device = "cpu",
+    ):
         self.depth_of_config = depth_of_config  # id(topk_config) -> MTP depth
         self.topk = topk
         self.dtype = dtype
-        self._staged: Dict[int, torch.Tensor] = {}
+        n_depth = max(depth_of_config.values(), default=0)
+        # Allocated once: a CUDA graph of a draft forward writes into this storage on every replay.
+        self.staging = torch.zeros((max(n_depth, 1), max_tokens, topk), dtype=dtype, device=device)
+        self._staged: Dict[int, int] = {}  # depth -> tokens staged in the current draft forward
+        self._graph_depths: Dict[int, int] = {}  # depths a recorded draft graph writes (replays skip capture())
         self._by_req: Dict[int, List[_Chunk]] = {}
         self._pending: List[tuple] = []  # (req_pool_idx, chunk) awaiting this round's verify
         self.round = 0
@@ -62,7 +73,21 @@ class DraftCapturer:
         depth = self.depth_of_config.get(id(topk_config))
         if depth is None:
             return  # a router we were not told about (not an MTP router): never filed
-        self._staged[depth] = topk_ids[:, : self.topk].to("cpu", dtype=self.dtype)
+        n = topk_ids.shape[0]
+        if n > self.staging.shape[1]:
+            raise RuntimeError(
+                f"a draft forward routed {n} tokens but the MTP capture staging holds {self.staging.shape[1]}"
+            )
+        # A device copy, no host sync: routers may run inside CUDA graph capture.
+        self.staging[depth - 1, :n] = topk_ids[:, : self.topk]
+        self._staged[depth] = n
+        self._graph_depths[depth] = n
+
+    def has_staged(self, graph_replay: bool = False) -> bool:
+        return bool(self._staged or (graph_replay and self._graph_depths))
+
+    def drop_staged(self) -> None:
+        self._staged.clear()
 
     def file_forward(
         self,
@@ -72,18 +97,27 @@ class DraftCapturer:
         positions: torch.Tensor,
         tokens: torch.Tensor,
         step: int,
+        graph_replay: bool = False,
     ) -> None:
-        """Attach the staged routing of one draft forward to its requests."""
-        staged, self._staged = self._staged, {}
-        if not staged:
+        """Attach the staged routing of one draft forward to its requests (one device->host copy)."""
+        depths = dict(self._graph_depths) if graph_replay and not self._staged else self._staged
+        self._staged = {}
+        if not depths:
             return
         self._stats.forwards += 1
-        pos = positions.to("cpu").numpy().astype(np.int32)
-        tok = tokens.to("cpu").numpy().astype(np.int32)
-        for depth, ids in staged.items():
-            ids_np = ids.numpy()
-            if ids_np.dtype == np.int16:
-                ids_np = ids_np.view(np.uint16)
+        n = int(positions.shape[0])
+        hi = max(depths)
+        # Positions, tokens and every depth's ids leave the device together.
+        packed = torch.cat(
+            [positions[:n].long().view(1, -1), tokens[:n].long().view(1, -1),
+             self.staging[:hi, :n].long().reshape(1, -1)], dim=1
+        ).to("cpu").numpy().reshape(-1)
+        pos = packed[:n].astype(np.int32)
+        tok = packed[n : 2 * n].astype(np.int32)
+        ids_all = packed[2 * n :].reshape(hi, n, self.topk)
+        np_dtype = np.uint8 if self.dtype == torch.uint8 else np.uint16
+        for depth in sorted(depths):
+            ids_np = ids_all[depth - 1].astype(np_dtype)
             offset = 0
             for pool_idx, rows, valid in zip(req_pool_indices, rows_per_req, valid_per_req):
                 sl = slice(offset, offset + valid)
@@ -117,8 +151,11 @@ class DraftCapturer:
 
     # -- request lifecycle -------------------------------------------------------
     def forget(self, req_pool_indices: Sequence[int]) -> None:
-        for p in req_pool_indices:
-            self._by_req.pop(int(p), None)
+        gone = {int(p) for p in req_pool_indices}
+        for p in gone:
+            self._by_req.pop(p, None)
+        if self._pending:
+            self._pending = [(p, c) for p, c in self._pending if p not in gone]
 
     def collect(self, req_pool_idx: int, seqlen: int) -> Optional[MtpRouting]:
         """Pop a finished request's entries. ``seqlen``: tokens of the returned sequence.

@@ -9,6 +9,7 @@ layer turns it into the public record (and, if asked, upstream's int32 field).
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass
 from typing import Optional
 
@@ -17,18 +18,43 @@ import numpy as np
 
 from sglang_r3.record import MtpRouting
 
-_VERSION = 1
+_VERSION = 2
+
+# Set by our /generate while it awaits SGLang's outputs: it wants the payload itself (to build
+# the record it was asked for) rather than upstream's int32 field that every other consumer gets.
+NATIVE_ROUTING: contextvars.ContextVar = contextvars.ContextVar("sglang_r3_native_routing", default=False)
 _DTYPE_NAMES = {"uint8": np.uint8, "int16": np.uint16, "uint16": np.uint16}
+
+
+@dataclass(frozen=True)
+class RoutingUnavailable:
+    """Why a finished request gets no rows (``meta_info.routing_error`` on the wire)."""
+
+    code: str  # "missing_rows" | "capture_off"
+    message: str
+    missing_rows: int
+    rows: int
+
+    def to_meta(self) -> dict:
+        return {"code": self.code, "message": self.message, "missing_rows": self.missing_rows, "rows": self.rows}
 
 
 @dataclass
 class CapturedRouting:
     start: int
-    experts: np.ndarray  # [rows, n_moe, topk], uint8 or uint16
+    experts: np.ndarray  # [rows, n_moe, topk], uint8 or uint16; empty when ``error`` is set
     mtp: Optional[MtpRouting] = None
+    tokens_digest: Optional[str] = None  # of the request's prompt + completion token ids
+    error: Optional[RoutingUnavailable] = None
 
 
-def encode_payload(start: int, experts: np.ndarray, mtp: Optional[MtpRouting] = None) -> bytes:
+def encode_payload(
+    start: int,
+    experts: np.ndarray,
+    mtp: Optional[MtpRouting] = None,
+    tokens_digest: Optional[str] = None,
+    error: Optional[RoutingUnavailable] = None,
+) -> bytes:
     dtype = "uint8" if experts.dtype == np.uint8 else "uint16"
     return msgpack.packb(
         {
@@ -38,6 +64,8 @@ def encode_payload(start: int, experts: np.ndarray, mtp: Optional[MtpRouting] = 
             "dtype": dtype,
             "experts": np.ascontiguousarray(experts).view(_DTYPE_NAMES[dtype]).tobytes(),
             "mtp": None if mtp is None else mtp.to_wire(binary=True),
+            "digest": tokens_digest,
+            "error": None if error is None else error.to_meta(),
         },
         use_bin_type=True,
     )
@@ -49,7 +77,14 @@ def decode_payload(raw: bytes) -> CapturedRouting:
         raise ValueError(f"routing payload version {d.get('v')} is not {_VERSION}")
     experts = np.frombuffer(d["experts"], dtype=_DTYPE_NAMES[d["dtype"]]).reshape(d["shape"])
     mtp = MtpRouting.from_wire(d["mtp"]) if d.get("mtp") is not None else None
-    return CapturedRouting(start=int(d["start"]), experts=experts, mtp=mtp)
+    err = d.get("error")
+    return CapturedRouting(
+        start=int(d["start"]),
+        experts=experts,
+        mtp=mtp,
+        tokens_digest=d.get("digest"),
+        error=None if err is None else RoutingUnavailable(**err),
+    )
 
 
 def to_upstream_routed_experts(captured: CapturedRouting, num_hidden_layers: int, moe_layer_ids) -> np.ndarray:

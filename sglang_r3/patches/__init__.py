@@ -28,6 +28,16 @@ def install(process: str) -> None:
         from sglang_r3.patches.cpu import install_cpu_patches
 
         install_cpu_patches()
+    # The TokenizerManager lives in the launcher's process for a server and in the caller's for an
+    # in-process sglang.Engine: every output leaves through it, in every process kind.
+    from sglang_r3.patches.responses import install_response_patches
+
+    install_response_patches()
+    # Requests are checked where they enter (the TokenizerManager, whichever process holds it),
+    # so a bad field becomes a 400 instead of killing the scheduler.
+    from sglang_r3.patches.input_guard import install_input_guard
+
+    install_input_guard()
     if process == "server":
         from sglang_r3.patches.http import install_http_routes
 

@@ -24,7 +24,10 @@ import torch
 
 from sglang_r3.capture import CaptureViolation, RoutingCapturer, encode_payload
 from sglang_r3.capture.capturer import CAPTURE_MODE_CODES
-from sglang_r3.layout import layout_from_hf_config
+from sglang_r3.capture.transport import RoutingUnavailable
+from sglang_r3.patches.metrics import metrics
+from sglang_r3.patches.runtime import capturer as _capturer, layout_of
+from sglang_r3.record import token_digest
 
 logger = logging.getLogger(__name__)
 
@@ -32,20 +35,6 @@ _MR = "sglang.srt.model_executor.model_runner.ModelRunner"
 _TOPK_MOD = "sglang.srt.layers.moe.topk"
 _BRP = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
 _ISC = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
-
-
-def _capturer():
-    # Called for every router of every forward: no imports on this path.
-    cap = _get_resources().experts_capturer
-    return cap if isinstance(cap, RoutingCapturer) else None
-
-
-def _get_resources():
-    global _get_resources
-    from sglang.srt.runtime_context import get_resources
-
-    _get_resources = get_resources
-    return get_resources()
 
 
 def _router_layer_ids(model) -> list:
@@ -63,7 +52,8 @@ def init_routed_experts_capturer(original, self, *args, **kwargs):
     if self.is_draft_worker:
         _init_draft_runner(self)
         return None
-    layout = layout_from_hf_config(self.model_config.hf_config)
+    layout = layout_of(self.model_config)
+    _refuse_routers_that_skip_capture(self.model)
     live = _router_layer_ids(self.model)
     if live != list(layout.moe_layer_ids):
         raise RuntimeError(
@@ -71,11 +61,52 @@ def init_routed_experts_capturer(original, self, *args, **kwargs):
             f"but the loaded model has routers at layers {live}; refusing to capture mislabelled routing"
         )
     num_slots = self.kv_index_translator.capture_token_capacity(self.max_token_pool_size)
-    cap = RoutingCapturer(layout, num_slots=num_slots, max_batch_tokens=4096, device=self.device)
+    cap = RoutingCapturer(layout, num_slots=num_slots, max_batch_tokens=max_forward_tokens(self), device=self.device)
     set_global_experts_capturer(cap)
     _follow_kv_moves(cap, self.token_to_kv_pool)
     logger.info("sglang-r3 capture: %s, %d KV slots", layout.summary(), num_slots)
     return None
+
+
+def _refuse_routers_that_skip_capture(model) -> None:
+    """Fused runners that route inside their kernel (TRITON_KERNEL / BYPASSED outputs) never call the
+    capture site. Eager forwards would be caught per forward (their rows invalidated), but a replayed
+    CUDA graph cannot be: refuse at start-up, naming the backend flag."""
+    from sglang.srt.layers.moe.topk import TopK, TopKOutputFormat
+
+    bad = sorted({
+        (m.layer_id, m.topk_config.output_format.name)
+        for m in model.modules()
+        if isinstance(m, TopK)
+        and m.topk_config.allow_routed_experts_capture
+        and m.topk_config.output_format not in (None, TopKOutputFormat.STANDARD)
+    })
+    if bad:
+        raise RuntimeError(
+            f"sglang-r3: MoE routers {bad} (layer id, top-k output format) route inside a fused kernel and "
+            "skip the routing capture site; choose another --moe-runner-backend"
+        )
+
+
+def max_forward_tokens(runner) -> int:
+    """The most tokens one target forward can route, from the server's limits.
+
+    The staging buffer is sized from this once: CUDA graphs keep writing into the
+    storage they were recorded with, so it can never be replaced by a bigger one.
+    """
+    from sglang.srt.runtime_context import cutedsl_moe_max_num_tokens, get_schedule, get_spec
+
+    schedule, spec = get_schedule(), get_spec()
+    per_req = (spec.speculative_num_draft_tokens or 1) if spec.speculative_algorithm else 1
+    chunked = schedule.chunked_prefill_size
+    # Without chunked prefill the first request of a prefill batch may be as long as the context.
+    prefill = chunked if chunked and chunked > 0 else runner.model_config.context_len
+    return int(max(
+        prefill,
+        schedule.max_prefill_tokens or 0,
+        (runner.max_running_requests or 1) * per_req,
+        cutedsl_moe_max_num_tokens(),
+    ))
 
 
 def _follow_kv_moves(cap: RoutingCapturer, kv_pool) -> None:
@@ -106,7 +137,7 @@ def _init_draft_runner(runner) -> None:
         return
     from sglang_r3.patches import draft as draft_patch
 
-    draft_patch.attach_draft_runner(cap, runner, routers)
+    draft_patch.attach_draft_runner(cap, runner, routers, max_tokens=cap.staging.shape[0])
 
 
 def capture_routed_experts_if_allowed(topk_config, layer_id, topk_ids) -> None:
@@ -127,17 +158,46 @@ def maybe_collect_routed_experts(original, self, req):
     cap = _capturer()
     if cap is None or not req.return_routed_experts:
         return original(self, req)
-    start = req.routed_experts_start_len
-    seqlen = len(req.origin_input_ids) + len(req.output_ids_through_stop)
-    start = min(start, max(seqlen - 1, 0))
+    tokens = list(req.origin_input_ids) + list(req.output_ids_through_stop)
+    seqlen = len(tokens)
+    start = min(req.routed_experts_start_len, max(seqlen - 1, 0))
     slots = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx][start : max(seqlen - 1, 0)]
-    rows = cap.rows_for_slots(slots).numpy()
+    rows, missing = cap.rows_for_slots(slots)
+    mtp = cap.draft.collect(req.kv.req_pool_idx, seqlen) if cap.draft is not None else None
+    error = None
+    if missing:
+        # Never hand out a row no target forward wrote: the request gets no rows and says why.
+        code = "capture_off" if not cap.capture_main else "missing_rows"
+        why = (
+            "routing capture is switched off (POST /routing/capture)"
+            if code == "capture_off"
+            else "their KV was computed by a forward that did not capture routing"
+        )
+        error = RoutingUnavailable(code, f"{missing} of {rows.shape[0]} rows were never captured: {why}",
+                                   missing, int(rows.shape[0]))
+        cap.stats.extra["requests_refused"] = cap.stats.extra.get("requests_refused", 0) + 1
+        rows = rows[:0]
+    rows = rows.numpy()
     if rows.dtype == np.int16:
         rows = rows.view(np.uint16)
-    mtp = cap.draft.collect(req.kv.req_pool_idx, seqlen) if cap.draft is not None else None
-    payload = encode_payload(start, rows, mtp)
+    payload = encode_payload(start, rows, mtp, tokens_digest=token_digest(tokens), error=error)
     req.routed_experts = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    _export_counters(cap)
     return None
+
+
+_exported = {"rows_captured": 0, "rows_invalidated": 0}
+
+
+def _export_counters(cap: RoutingCapturer) -> None:
+    """Hand the capturer's plain counters to Prometheus at request finish, not on the forward path."""
+    m = metrics()
+    if m is None:
+        return
+    for name, now in (("rows_captured", cap.stats.main_rows_written), ("rows_invalidated", cap.stats.rows_invalidated)):
+        if now > _exported[name]:
+            getattr(m, name).inc(now - _exported[name])
+            _exported[name] = now
 
 
 def get_internal_state(result, self, *args, **kwargs):
@@ -148,6 +208,8 @@ def get_internal_state(result, self, *args, **kwargs):
             "layout": cap.layout.fingerprint,
             "mode": cap.mode,
             "host_bytes_per_slot": cap.host_bytes_per_slot(),
+            "staging_tokens": int(cap.staging.shape[0]),
+            "staging_ptr": cap.staging_ptr(),
             **cap.stats.as_dict(),
             **({"draft": cap.draft.stats()} if cap.draft is not None else {}),
         }

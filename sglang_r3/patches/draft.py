@@ -7,7 +7,8 @@
   (step 1..S-1); draft-extend forwards are step 0.
 * ``EAGLEWorkerV2.forward_batch_generation`` resolves the round's drafts as
   accepted or rejected from the verify's ``accept_lens``.
-* ``ReqToTokenPool.alloc_rows`` drops draft entries of a recycled request slot.
+* ``ReqToTokenPool.free_rows`` drops draft entries of a freed request slot (finished requests
+  were collected before; aborted and retracted ones never are).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 import torch
 
 from sglang_r3.capture.draft import DraftCapturer
+from sglang_r3.patches.runtime import capturer as _capturer
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +30,7 @@ _POOL = "sglang.srt.mem_cache.memory_pool.ReqToTokenPool"
 _draft_step: contextvars.ContextVar = contextvars.ContextVar("sglang_r3_draft_step", default=None)
 
 
-def attach_draft_runner(cap, runner, routers) -> None:
+def attach_draft_runner(cap, runner, routers, max_tokens: int) -> None:
     layer_ids = sorted({m.layer_id for m in routers})
     depth_of_layer = {lid: d + 1 for d, lid in enumerate(layer_ids)}
     if len(layer_ids) > max(1, cap.layout.num_mtp_layers):
@@ -37,7 +39,11 @@ def attach_draft_runner(cap, runner, routers) -> None:
             f"declares {cap.layout.num_mtp_layers} MTP layer(s)"
         )
     cap.draft = DraftCapturer(
-        {id(m.topk_config): depth_of_layer[m.layer_id] for m in routers}, topk=cap.topk, dtype=cap.dtype
+        {id(m.topk_config): depth_of_layer[m.layer_id] for m in routers},
+        topk=cap.topk,
+        dtype=cap.dtype,
+        max_tokens=max_tokens,
+        device=cap.device,
     )
     original_forward = runner.forward
 
@@ -47,18 +53,19 @@ def attach_draft_runner(cap, runner, routers) -> None:
             out = original_forward(forward_batch, *args, **kwargs)
         finally:
             cap.exit_draft_forward()
-        _file_forward(cap.draft, forward_batch)
+        _file_forward(cap.draft, forward_batch, bool(getattr(out, "can_run_graph", False)))
         return out
 
     runner.forward = forward
     logger.info("sglang-r3 draft capture: %d MTP router(s) at draft layer ids %s", len(routers), layer_ids)
 
 
-def _file_forward(draft: DraftCapturer, fb) -> None:
+def _file_forward(draft: DraftCapturer, fb, graph_replay: bool) -> None:
     mode = fb.forward_mode
-    if mode.is_idle() or not draft._staged:
+    cap = _capturer()
+    if mode.is_idle() or not (cap is not None and cap.capture_mtp) or not draft.has_staged(graph_replay):
         # Nothing routed by an MTP router (idle batch, or capture mode without MTP): skip the bookkeeping.
-        draft._staged.clear()
+        draft.drop_staged()
         return
     pool = fb.req_pool_indices.tolist()
     n_tokens = int(fb.input_ids.shape[0])
@@ -75,7 +82,7 @@ def _file_forward(draft: DraftCapturer, fb) -> None:
         # Draft-extend after a verify pads every request to num_draft_tokens rows; only accepted ones are real.
         valid = accept.tolist() if isinstance(accept, torch.Tensor) else rows
         step = 0
-    draft.file_forward(pool, rows, valid, fb.positions, fb.input_ids, step)
+    draft.file_forward(pool, rows, valid, fb.positions, fb.input_ids, step, graph_replay=graph_replay)
 
 
 def draft_around(original, self, batch, *args, **kwargs):
@@ -96,17 +103,13 @@ def forward_batch_generation_after(result, self, batch, *args, **kwargs):
     return result
 
 
-def alloc_rows_after(result, self, *args, **kwargs):
+def free_rows_after(result, self, indices, *args, **kwargs):
+    # A finished request was collected before its row is freed; an aborted or retracted one never
+    # is, and its draft entries must not outlive it (nor reach the row's next request).
     cap = _capturer()
-    if result and cap is not None and cap.draft is not None:
-        cap.draft.forget(result)
+    if cap is not None and cap.draft is not None and indices:
+        cap.draft.forget(indices)
     return result
-
-
-def _capturer():
-    from sglang_r3.patches.capture import _capturer as get
-
-    return get()
 
 
 def install_draft_patches() -> None:
@@ -116,4 +119,4 @@ def install_draft_patches() -> None:
     HookRegistry.register(
         f"{_EAGLE}.EAGLEWorkerV2.forward_batch_generation", forward_batch_generation_after, HookType.AFTER
     )
-    HookRegistry.register(f"{_POOL}.alloc_rows", alloc_rows_after, HookType.AFTER)
+    HookRegistry.register(f"{_POOL}.free_rows", free_rows_after, HookType.AFTER)

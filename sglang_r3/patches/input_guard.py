@@ -1,0 +1,453 @@
+"""Refuse, in the TokenizerManager, every request field that would crash SGLang's scheduler.
+
+SGLang 0.5.23 forwards several request fields to the scheduler unchecked, and the
+scheduler process dies on them, taking the whole server down (upstream has the same
+holes): a token id outside the vocabulary or negative (IndexError in the embedding),
+a prompt that tokenizes to nothing (a 0-token MoE forward), ``top_logprobs_num`` beyond
+the vocabulary (``topk``), ``stop_token_ids`` outside the vocabulary (``scatter_add_`` in
+the min-new-tokens penalizer), ``top_k`` / ``min_new_tokens`` beyond int32 (tensor
+overflow), and a per-request field that is a list where the scheduler compares a number.
+
+Hooks (HookRegistry):
+
+* ``TokenizerManager._validate_one_request`` (AROUND) -- runs once per prompt (batches
+  are already split) for every entry point: ``/generate``, ``/v1/completions``,
+  ``/v1/chat/completions`` and the in-process ``sglang.Engine``. A ``ValueError`` raised
+  here reaches the HTTP client as a 400 and the Engine caller as the exception itself.
+* ``GenerateReqInput.normalize_batch_and_arguments`` and ``GenerateReqInput.__getitem__``
+  (AROUND) -- batch shape: ``n``, empty batches, per-prompt lists whose length does not
+  match the batch. These two only reshape the request, so any error they raise is the
+  request's fault and becomes a ``ValueError`` (a 400, not a 500).
+
+Messages name the field and the index, e.g.
+``input_ids[3] = 99999999 is outside the vocabulary [0, 151552)``; in a batch the prompt's
+index comes first (``input_ids[1][3]``). The id check is O(len(input_ids)) in numpy.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from typing import Any, Optional
+
+import numpy as np
+
+_TM = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
+_GRI = "sglang.srt.managers.io_struct.GenerateReqInput"
+
+INT32_MAX = 2**31 - 1
+# Sub-requests of a batch carry their index so messages can point at the right prompt.
+_BATCH_INDEX = "_sglang_r3_batch_index"
+
+try:  # re._parser is the 3.11+ name; sampling_params.py parses stop_regex with it too
+    import re._parser as _sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_parse as _sre_parse
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_real(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, (bool, np.bool_))
+
+
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_token_ids(ids: Any, field: str, vocab_size: int) -> None:
+    """Every id an integer in [0, vocab_size). Fast path: one numpy conversion and min/max."""
+    try:
+        arr = np.asarray(ids)
+    except (ValueError, TypeError):  # ragged nesting
+        arr = None
+    if arr is not None and arr.ndim == 1 and arr.dtype.kind in "iu":
+        if arr.size == 0 or (int(arr.min()) >= 0 and int(arr.max()) < vocab_size):
+            return
+    # Slow path, only on the way to an error: find the first offending element.
+    items = ids.tolist() if hasattr(ids, "tolist") else ids
+    if not isinstance(items, (list, tuple)):
+        raise ValueError(f"{field} must be a list of token ids, got {type(items).__name__}")
+    for i, t in enumerate(items):
+        if not _is_int(t):
+            raise ValueError(f"{field}[{i}] = {_show(t)} is not a token id (an integer)")
+        if not 0 <= t < vocab_size:
+            raise ValueError(f"{field}[{i}] = {t} is outside the vocabulary [0, {vocab_size})")
+    raise ValueError(f"{field} is not a flat list of token ids")
+
+
+# ---------------------------------------------------------------------------
+# sampling_params
+# ---------------------------------------------------------------------------
+
+_REAL_FIELDS = ("temperature", "top_p", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty")
+_BOOL_FIELDS = ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim")
+_STR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
+
+
+def _sampling_fields() -> frozenset:
+    import msgspec
+
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    return frozenset(f.name for f in msgspec.structs.fields(SamplingParams))
+
+
+_KNOWN_SAMPLING: Optional[frozenset] = None
+
+
+def _int_in(sp: dict, name: str, where: str, lo: int, hi: int, hint: str = "") -> None:
+    v = sp.get(name)
+    if v is None:
+        return
+    if not _is_int(v):
+        raise ValueError(f"{where}.{name} must be an integer, got {_show(v)}")
+    if not lo <= v <= hi:
+        raise ValueError(f"{where}.{name} = {v} is out of range [{lo}, {hi}]{hint}")
+
+
+def check_sampling_params(sp: Any, where: str, vocab_size: int) -> None:
+    global _KNOWN_SAMPLING
+    if sp is None:
+        return
+    if not isinstance(sp, dict):
+        raise ValueError(f"{where} must be an object, got {type(sp).__name__}")
+    if _KNOWN_SAMPLING is None:
+        _KNOWN_SAMPLING = _sampling_fields()
+    unknown = [k for k in sp if k not in _KNOWN_SAMPLING]
+    if unknown:
+        raise ValueError(f"{where} has unknown field {unknown[0]!r}")
+
+    # The scheduler builds int32 tensors from top_k and min_new_tokens.
+    top_k = sp.get("top_k")
+    if top_k is not None and (not _is_int(top_k) or not (top_k == -1 or 1 <= top_k <= INT32_MAX)):
+        raise ValueError(f"{where}.top_k = {_show(top_k)} must be -1 (all) or an integer in [1, {INT32_MAX}]")
+    _int_in(sp, "min_new_tokens", where, 0, INT32_MAX)
+    _int_in(sp, "max_new_tokens", where, 0, INT32_MAX)
+    _int_in(sp, "n", where, 1, INT32_MAX)
+    _int_in(sp, "beam_width", where, 1, INT32_MAX)
+    _int_in(sp, "stream_interval", where, -INT32_MAX, INT32_MAX)
+    _int_in(sp, "sampling_seed", where, -(2**63), 2**63 - 1)
+    for name in _REAL_FIELDS:
+        v = sp.get(name)
+        if v is not None and not _is_real(v):
+            raise ValueError(f"{where}.{name} must be a number, got {_show(v)}")
+    for name in _BOOL_FIELDS:
+        v = sp.get(name)
+        if v is not None and not _is_bool(v):
+            raise ValueError(f"{where}.{name} must be true or false, got {_show(v)}")
+    for name in _STR_FIELDS:
+        v = sp.get(name)
+        if v is not None and not isinstance(v, str):
+            raise ValueError(f"{where}.{name} must be a string, got {_show(v)}")
+    for name in ("stop", "stop_regex"):
+        v = sp.get(name)
+        items = [v] if isinstance(v, str) else v
+        if items is None:
+            continue
+        if not isinstance(items, (list, tuple)) or not all(isinstance(s, str) for s in items):
+            raise ValueError(f"{where}.{name} must be a string or a list of strings, got {_show(v)}")
+        if name == "stop_regex":
+            for i, pattern in enumerate(items):
+                try:
+                    # upstream parses these outside any ValueError handler (re.error -> 500)
+                    _sre_parse.parse(pattern)
+                except (re.error, RecursionError, OverflowError) as e:
+                    raise ValueError(f"{where}.stop_regex[{i}] is not a valid regular expression: {e}") from None
+
+    stop_ids = sp.get("stop_token_ids")
+    if stop_ids is not None:
+        if isinstance(stop_ids, (str, bytes, dict)) or not hasattr(stop_ids, "__iter__"):
+            raise ValueError(f"{where}.stop_token_ids must be a list of token ids, got {_show(stop_ids)}")
+        # __post_init__ drops None entries; every other id indexes a vocab-sized penalty row
+        ids = [t for t in stop_ids if t is not None]
+        if ids:
+            check_token_ids(ids, f"{where}.stop_token_ids", vocab_size)
+
+    bias = sp.get("logit_bias")
+    if bias is not None:
+        if not isinstance(bias, dict):
+            raise ValueError(f"{where}.logit_bias must be an object of token id -> bias, got {_show(bias)}")
+        for key, value in bias.items():
+            try:
+                tid = int(key)
+            except (TypeError, ValueError):
+                raise ValueError(f"{where}.logit_bias key {key!r} is not a token id") from None
+            if not 0 <= tid < vocab_size:
+                raise ValueError(f"{where}.logit_bias key {key!r} is outside the vocabulary [0, {vocab_size})")
+            if not _is_real(value) or not math.isfinite(value):
+                raise ValueError(f"{where}.logit_bias[{key!r}] = {_show(value)} must be a finite number")
+
+    custom = sp.get("custom_params")
+    if custom is not None and not isinstance(custom, dict):
+        raise ValueError(f"{where}.custom_params must be an object, got {_show(custom)}")
+
+
+# ---------------------------------------------------------------------------
+# One prompt (TokenizerManager._validate_one_request)
+# ---------------------------------------------------------------------------
+
+def _name(field: str, obj: Any) -> str:
+    i = getattr(obj, _BATCH_INDEX, None)
+    return field if i is None else f"{field}[{i}]"
+
+
+def _check_generate_fields(obj: Any, vocab_size: int) -> None:
+    check_sampling_params(obj.sampling_params, _name("sampling_params", obj), vocab_size)
+    for field in ("return_logprob", "stream", "return_text_in_logprobs", "return_sampling_mask"):
+        v = getattr(obj, field, None)
+        if v is not None and not _is_bool(v):
+            raise ValueError(f"{_name(field, obj)} must be true or false, got {_show(v)}")
+    v = obj.logprob_start_len
+    if v is not None and (not _is_int(v) or v < -1):
+        raise ValueError(f"{_name('logprob_start_len', obj)} = {_show(v)} must be -1 or a non-negative integer")
+    v = obj.top_logprobs_num
+    if v is not None and (not _is_int(v) or not 0 <= v <= vocab_size):
+        raise ValueError(
+            f"{_name('top_logprobs_num', obj)} = {_show(v)} must be an integer in [0, {vocab_size}] (the vocabulary size)"
+        )
+    v = obj.routed_experts_start_len
+    if v is not None and (not _is_int(v) or v < 0):
+        raise ValueError(f"{_name('routed_experts_start_len', obj)} = {_show(v)} must be a non-negative integer")
+    v = obj.priority
+    if v is not None and not _is_int(v):
+        raise ValueError(f"{_name('priority', obj)} must be an integer, got {_show(v)}")
+    v = obj.rid
+    if v is not None and not isinstance(v, str):
+        raise ValueError(f"{_name('rid', obj)} must be a string, got {_show(v)}")
+    v = obj.session_params
+    if v is not None:
+        from sglang.srt.managers.io_struct import SessionParams
+
+        if not isinstance(v, dict):
+            raise ValueError(f"session_params must be an object, got {_show(v)}")
+        try:
+            SessionParams(**v)
+        except TypeError as e:
+            raise ValueError(f"session_params: {e}") from None
+
+
+def _check_prompt(obj: Any, input_ids: Any, vocab_size: int) -> None:
+    if input_ids is None:  # input_embeds: no ids reach the embedding
+        return
+    if len(input_ids) == 0:
+        session = obj.session_params if isinstance(getattr(obj, "session_params", None), dict) else {}
+        if session.get("id"):  # the session's history supplies the prompt
+            return
+        source = "text" if getattr(obj, "text", None) is not None else "input_ids"
+        raise ValueError(f"{_name(source, obj)} is an empty prompt (0 tokens); at least one token is needed")
+    check_token_ids(input_ids, _name("input_ids", obj), vocab_size)
+
+
+def validate_one_request(original, self, obj, input_ids, *args, **kwargs):
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    vocab_size = int(self.model_config.vocab_size)
+    if isinstance(obj, GenerateReqInput):
+        _check_generate_fields(obj, vocab_size)
+        _check_input_embeds(obj, getattr(self.model_config, "hidden_size", None))
+    result = original(self, obj, input_ids, *args, **kwargs)
+    # After upstream: with --allow-auto-truncate it shortens input_ids in place, and what is
+    # left is what reaches the scheduler.
+    _check_prompt(obj, input_ids, vocab_size)
+    if isinstance(obj, GenerateReqInput) and input_ids is not None:
+        for field in ("multi_item_delimiter_indices", "token_indices_to_pool"):
+            _check_positions(obj, field, len(input_ids))
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Internal fields (GenerateReqInput)
+# ---------------------------------------------------------------------------
+
+# GenerateReqInput fields outside SGLang's JSON contract (sglang.api.v1.GenerateRequest)
+# that SGLang itself fills in. A body can still carry them, and nothing checks their types;
+# a string ``received_time``, for one, kills the TokenizerManager's output loop.
+_INTERNAL_SCALARS = {
+    "received_time": (_is_real, "a number"),
+    "http_worker_ipc": (lambda v: isinstance(v, str), "a string"),
+    "conversation_id": (lambda v: isinstance(v, str), "a string"),
+    "need_wait_for_mm_inputs": (_is_bool, "true or false"),
+    "data_parallel_rank": (_is_int, "an integer"),
+    "max_dynamic_patch": (_is_int, "an integer"),
+    "min_dynamic_patch": (_is_int, "an integer"),
+    "image_max_dynamic_patch": (_is_int, "an integer"),
+    "video_max_dynamic_patch": (_is_int, "an integer"),
+    "video_config": (lambda v: isinstance(v, dict), "an object"),
+    "external_trace_header": (lambda v: isinstance(v, dict), "an object"),
+    "mm_processor_kwargs": (lambda v: isinstance(v, dict), "an object"),
+    "num_items_assigned": (lambda v: isinstance(v, dict), "an object"),
+    "encoder_urls": (lambda v: isinstance(v, list) and all(isinstance(u, str) for u in v), "a list of strings"),
+}
+_INTERNAL_BOOLS = (
+    "use_audio_in_video",
+    "return_flat_raw_top_logprobs",
+    "return_flat_raw_output_top_logprobs",
+    "return_flat_raw_top_logprobs_b64",
+    "log_metrics",
+    "return_routed_experts",
+    "return_indexer_topk",
+    "background",
+    "no_logs",
+    "return_bytes",
+    "return_entropy",
+)
+_LOGPROBS_MODES = ("selected", "support")
+
+
+def _check_internal_fields(obj) -> None:
+    for field, (ok, expected) in _INTERNAL_SCALARS.items():
+        v = getattr(obj, field, None)
+        if v is not None and not ok(v):
+            raise ValueError(f"{field} must be {expected}, got {_show(v)}")
+    for field in _INTERNAL_BOOLS:
+        v = getattr(obj, field, None)
+        if v is not None and not _is_bool(v):
+            raise ValueError(f"{field} must be true or false, got {_show(v)}")
+    # lora_id is the registry's handle, set from lora_path; one sent without lora_path would
+    # reach the scheduler and the registry's release untouched.
+    if getattr(obj, "lora_id", None) is not None and not getattr(obj, "lora_path", None):
+        raise ValueError("lora_id is set by the server from lora_path; send lora_path instead")
+    mode = getattr(obj, "sampling_logprobs_mode", None)
+    for m in mode if isinstance(mode, list) else [mode]:
+        if m is not None and m not in _LOGPROBS_MODES:
+            raise ValueError(f"sampling_logprobs_mode must be one of {list(_LOGPROBS_MODES)}, got {_show(m)}")
+    overrides = getattr(obj, "positional_embed_overrides", None)
+    if overrides is not None:
+        from sglang.srt.managers.embed_types import PositionalEmbeds
+
+        items = overrides if isinstance(overrides, list) else [overrides]
+        # tensors only come from in-process callers; JSON can never hold one
+        if not all(o is None or isinstance(o, PositionalEmbeds) for o in items):
+            raise ValueError("positional_embed_overrides can only be passed in process (sglang.Engine), not as JSON")
+
+
+def _check_positions(obj, field: str, n_tokens: int) -> None:
+    v = getattr(obj, field, None)
+    if v is None:
+        return
+    # The logits processor indexes the prefill's hidden states at these positions; only a prompt
+    # computed from position 0 has them all (a radix-cache hit would not). SGLang's own scoring
+    # sends exactly return_logprob=True, logprob_start_len=0.
+    if obj.return_logprob is not True or obj.logprob_start_len != 0:
+        raise ValueError(f"{_name(field, obj)} needs return_logprob=true and logprob_start_len=0")
+    if not isinstance(v, (list, tuple)) or not all(_is_int(i) for i in v):
+        raise ValueError(f"{_name(field, obj)} must be a list of token positions, got {_show(v)}")
+    for k, i in enumerate(v):
+        if not 0 <= i < n_tokens:
+            raise ValueError(f"{_name(field, obj)}[{k}] = {i} is outside the prompt's positions [0, {n_tokens})")
+
+
+def _check_input_embeds(obj, hidden_size: Optional[int]) -> None:
+    embeds = getattr(obj, "input_embeds", None)
+    if embeds is None:
+        return
+    try:
+        arr = np.asarray(embeds, dtype=np.float64)
+    except (ValueError, TypeError):
+        raise ValueError(f"{_name('input_embeds', obj)} must be a list of equal-length lists of numbers") from None
+    if arr.ndim != 2 or arr.shape[0] == 0 or (hidden_size and arr.shape[1] != hidden_size):
+        raise ValueError(
+            f"{_name('input_embeds', obj)} must have shape [tokens >= 1, {hidden_size or 'hidden_size'}], "
+            f"got {list(arr.shape)}"
+        )
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{_name('input_embeds', obj)} holds a non-finite number")
+
+
+# ---------------------------------------------------------------------------
+# Batch shape (GenerateReqInput)
+# ---------------------------------------------------------------------------
+
+def _num_prompts(obj) -> Optional[int]:
+    """Prompts in the request before any ``n`` expansion; None for a single prompt."""
+    if isinstance(obj.text, list):
+        return len(obj.text)
+    if obj.text is None and isinstance(obj.input_ids, list) and obj.input_ids and isinstance(obj.input_ids[0], list):
+        return len(obj.input_ids)
+    return None
+
+
+def _check_batch_shape(obj) -> None:
+    if obj.text is not None:
+        texts = obj.text if isinstance(obj.text, list) else [obj.text]
+        if isinstance(obj.text, list) and not obj.text:
+            raise ValueError("text is an empty list; send at least one prompt")
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                where = f"text[{i}]" if isinstance(obj.text, list) else "text"
+                raise ValueError(f"{where} must be a string, got {_show(t)}")
+    elif obj.input_ids is not None and not isinstance(obj.input_ids, list) and not hasattr(obj.input_ids, "tolist"):
+        raise ValueError(f"input_ids must be a list of token ids or a list of such lists, got {_show(obj.input_ids)}")
+
+    sp = obj.sampling_params
+    n_prompts = _num_prompts(obj)
+    if isinstance(sp, list):
+        if not sp:
+            raise ValueError("sampling_params is an empty list")
+        for i, p in enumerate(sp):
+            if not isinstance(p, dict):
+                raise ValueError(f"sampling_params[{i}] must be an object, got {_show(p)}")
+    elif sp is not None and not isinstance(sp, dict):
+        raise ValueError(f"sampling_params must be an object or a list of objects, got {_show(sp)}")
+    first = sp[0] if isinstance(sp, list) else (sp or {})
+    n = first.get("n", 1)
+    if not _is_int(n) or n < 1:
+        raise ValueError(f"sampling_params.n = {_show(n)} must be a positive integer")
+    if isinstance(sp, list):
+        expected = 1 if n_prompts is None else n_prompts
+        if len(sp) != expected:
+            raise ValueError(
+                f"sampling_params has {len(sp)} entries for {expected} prompt(s); send one object, "
+                "or one per prompt"
+            )
+        if n_prompts is None and n == 1:
+            raise ValueError("sampling_params must be an object (not a list) for a single prompt")
+
+
+def normalize_batch_and_arguments(original, self, *args, **kwargs):
+    # Before anything else in generate_request reads the request (its state is made next).
+    _check_internal_fields(self)
+    _check_batch_shape(self)
+    try:
+        return original(self, *args, **kwargs)
+    except (TypeError, IndexError, KeyError, AttributeError) as e:
+        raise ValueError(f"malformed request: {type(e).__name__}: {e}") from None
+
+
+def getitem(original, self, i):
+    try:
+        sub = original(self, i)
+    except (TypeError, IndexError, KeyError, AttributeError) as e:
+        raise ValueError(
+            f"the per-prompt lists of this batch do not match its {getattr(self, 'batch_size', '?')} prompts "
+            f"(prompt {i}: {type(e).__name__}: {e})"
+        ) from None
+    try:
+        setattr(sub, _BATCH_INDEX, i)
+    except AttributeError:  # pragma: no cover - slotted request types
+        pass
+    return sub
+
+
+_done = False
+
+
+def install_input_guard() -> None:
+    global _done
+    if _done:
+        return
+    _done = True
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    HookRegistry.register(f"{_TM}._validate_one_request", validate_one_request, HookType.AROUND)
+    HookRegistry.register(f"{_GRI}.normalize_batch_and_arguments", normalize_batch_and_arguments, HookType.AROUND)
+    HookRegistry.register(f"{_GRI}.__getitem__", getitem, HookType.AROUND)

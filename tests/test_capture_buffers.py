@@ -1,0 +1,202 @@
+"""The capturer's GPU-path properties, pinned on CPU tensors.
+
+What a GPU run depends on and a CPU run cannot show by failing: CUDA graphs write into the
+staging storage they were recorded with (so it is never replaced), the overlap scheduler needs
+the device->host copy off the forward path (so it is deferred and counted), routers may run
+inside graph capture (so no host copy happens inside ``capture``), and a slot whose KV a
+forward computed without capturing its row must never hand out a row.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from sglang.srt.utils.common import async_d2h  # SGLang's own copy primitive of the overlap path
+
+from sglang_r3.capture.capturer import RoutingCapturer, StagingOverflow
+from sglang_r3.capture.draft import DraftCapturer
+from sglang_r3.layout import LayerInfo, ModelLayout
+
+torch.set_num_threads(1)
+
+LAYOUT = ModelLayout(
+    "Glm4MoeForCausalLM",
+    4,
+    (
+        LayerInfo(0, "dense"),
+        LayerInfo(1, "moe", None, 16, 4),
+        LayerInfo(2, "moe", None, 16, 4),
+        LayerInfo(3, "moe", None, 16, 4),
+        LayerInfo(4, "mtp", 1, 16, 4),
+    ),
+)
+MAX_TOKENS = 64
+
+
+def _batch(slots):
+    return types.SimpleNamespace(out_cache_loc=torch.tensor(slots, dtype=torch.int64), out_cache_loc_virtual=None)
+
+
+def _ids(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.stack([torch.randperm(16, generator=g)[:4] for _ in range(n)]).to(torch.int32)
+
+
+def _forward(cap, slots, seed=0, layers=(1, 2, 3), **end_kwargs):
+    """One target forward: each MoE router captures its ids, then the forward ends."""
+    chosen = {}
+    for layer in layers:
+        chosen[layer] = _ids(len(slots), seed * 10 + layer)
+        cap.capture(layer, chosen[layer])
+    return chosen, cap.on_forward_end(_batch(slots), **end_kwargs)
+
+
+class _HostCopies(TorchFunctionMode):
+    """Counts tensor operations that would move data from a device to the host (each a sync on a GPU).
+
+    On CPU every tensor is already on the host, so the count is of the calls, not of bytes: a
+    ``.to("cpu")``/``.cpu()``, or a ``.numpy()``/``.tolist()``/``.item()`` on a tensor that did
+    not just come from one.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+        self._host = set()
+
+    def __torch_function__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        to_host = func is torch.Tensor.cpu or (
+            func is torch.Tensor.to
+            and any(isinstance(a, (str, torch.device)) and torch.device(a).type == "cpu"
+                    for a in (*args[1:], kwargs.get("device")) if a is not None)
+        )
+        if to_host:
+            self.n += 1
+            self._host.add(id(out))
+        elif func in (torch.Tensor.numpy, torch.Tensor.tolist, torch.Tensor.item) and id(args[0]) not in self._host:
+            self.n += 1
+        return out
+
+
+def test_staging_storage_survives_forwards_up_to_the_limit_and_a_bigger_one_raises():
+    cap = RoutingCapturer(LAYOUT, num_slots=1024, max_batch_tokens=MAX_TOKENS)
+    ptr = cap.staging_ptr()
+    for n in (1, 7, MAX_TOKENS, 3):
+        _forward(cap, list(range(n)))
+        assert cap.staging_ptr() == ptr
+    with pytest.raises(StagingOverflow, match=r"routed 192 tokens but the capture staging holds 64"):
+        cap.capture(1, _ids(3 * MAX_TOKENS, 0))
+    assert cap.staging_ptr() == ptr
+
+
+def test_rows_land_at_their_kv_slots_and_are_marked_written():
+    cap = RoutingCapturer(LAYOUT, num_slots=32, max_batch_tokens=MAX_TOKENS)
+    slots = [5, 9, 2]
+    chosen, _ = _forward(cap, slots, seed=1)
+    rows, missing = cap.rows_for_slots(torch.tensor(slots))
+    assert missing == 0
+    for col, layer in enumerate((1, 2, 3)):
+        assert torch.equal(rows[:, col, :].to(torch.int32), chosen[layer])
+
+
+def test_deferred_copy_equals_the_synchronous_one_and_leaves_the_forward_path_copy_free():
+    sync = RoutingCapturer(LAYOUT, num_slots=64, max_batch_tokens=MAX_TOKENS)
+    deferred = RoutingCapturer(LAYOUT, num_slots=64, max_batch_tokens=MAX_TOKENS)
+    steps = [([3, 4, 5], 1), ([10, 11], 2), ([20, 21, 22, 23], 3)]
+    holders = []
+    for slots, seed in steps:
+        _forward(sync, slots, seed)
+        with _HostCopies() as copies:
+            _, holder = _forward(deferred, slots, seed, no_copy_to_cpu=True)
+        assert copies.n == 0, "the deferred forward path copied to the host"
+        holders.append(holder)
+    assert deferred.stats.blocking_copies == 0 and deferred.stats.deferred_copies == len(steps)
+    assert sync.stats.blocking_copies == len(steps)
+    # Nothing reached the host yet: the overlap scheduler copies, then finalizes before results.
+    assert not bool(deferred.written.any())
+    for h in holders:
+        h.map_device_tensors(async_d2h)
+        h.finalize()
+    assert torch.equal(sync.host, deferred.host)
+    assert torch.equal(sync.written, deferred.written)
+
+
+def test_deferred_holder_keeps_its_rows_when_the_next_forward_reuses_staging():
+    cap = RoutingCapturer(LAYOUT, num_slots=64, max_batch_tokens=MAX_TOKENS)
+    first, h1 = _forward(cap, [1, 2], seed=4, no_copy_to_cpu=True)
+    _forward(cap, [7, 8], seed=5, no_copy_to_cpu=True)  # overlapped: overwrites staging[:2]
+    h1.map_device_tensors(async_d2h)
+    h1.finalize()
+    rows, missing = cap.rows_for_slots(torch.tensor([1, 2]))
+    assert missing == 0
+    assert torch.equal(rows[:, 0, :].to(torch.int32), first[1])
+
+
+def test_kv_move_under_deferred_copy_moves_the_rows_once_they_land():
+    cap = RoutingCapturer(LAYOUT, num_slots=64, max_batch_tokens=MAX_TOKENS)
+    chosen, holder = _forward(cap, [30, 31, 32], seed=6, no_copy_to_cpu=True)
+    cap.move_rows(torch.tensor([32]), torch.tensor([31]))  # tree drafting: accepted node 32 moves to 31
+    holder.map_device_tensors(async_d2h)
+    holder.finalize()
+    rows, missing = cap.rows_for_slots(torch.tensor([30, 31]))
+    assert missing == 0
+    assert torch.equal(rows[1, 0, :].to(torch.int32), chosen[1][2])
+
+
+def test_capture_off_invalidates_the_slots_it_computes():
+    cap = RoutingCapturer(LAYOUT, num_slots=32, max_batch_tokens=MAX_TOKENS)
+    _forward(cap, [1, 2, 3], seed=1)
+    cap.set_mode("off")
+    _forward(cap, [2, 3, 4], seed=2)  # slots 2, 3 reused by a forward that captured nothing
+    _, missing = cap.rows_for_slots(torch.tensor([1, 2, 3, 4]))
+    assert missing == 3
+    assert cap.stats.rows_invalidated == 3
+
+
+def test_a_forward_with_a_moe_layer_that_did_not_capture_writes_no_rows():
+    cap = RoutingCapturer(LAYOUT, num_slots=32, max_batch_tokens=MAX_TOKENS)
+    _forward(cap, [4, 5], seed=1)
+    _forward(cap, [4, 5, 6], seed=2, layers=(1, 3))  # layer 2's router bypassed the capture site
+    _, missing = cap.rows_for_slots(torch.tensor([4, 5, 6]))
+    assert missing == 3
+    assert cap.stats.incomplete_forwards == 1
+
+
+def test_a_replayed_cuda_graph_counts_as_a_complete_capture():
+    cap = RoutingCapturer(LAYOUT, num_slots=32, max_batch_tokens=MAX_TOKENS)
+    cap.on_forward_end(_batch([1, 2]), can_run_graph=True)  # replay: routers wrote staging, no Python call
+    _, missing = cap.rows_for_slots(torch.tensor([1, 2]))
+    assert missing == 0
+
+
+def test_main_capture_does_no_host_copy_inside_the_router():
+    cap = RoutingCapturer(LAYOUT, num_slots=32, max_batch_tokens=MAX_TOKENS)
+    ids = _ids(8, 0)
+    with _HostCopies() as copies:
+        cap.capture(1, ids)
+    assert copies.n == 0
+
+
+def test_draft_capture_stages_in_place_and_copies_once_per_forward():
+    topk_config = object()
+    draft = DraftCapturer({id(topk_config): 1}, topk=4, dtype=torch.uint8, max_tokens=MAX_TOKENS)
+    ptr = draft.staging.untyped_storage().data_ptr()
+    ids = _ids(6, 3)
+    with _HostCopies() as copies:
+        draft.capture(topk_config, ids)
+    assert copies.n == 0, "a draft router copied to the host"
+    assert draft.staging.untyped_storage().data_ptr() == ptr
+    positions = torch.arange(10, 16)
+    tokens = torch.arange(100, 106)
+    with _HostCopies() as copies:
+        draft.file_forward([0, 1], [3, 3], [3, 3], positions, tokens, step=0)
+    assert copies.n == 1
+    mtp = draft.collect(0, seqlen=100)
+    assert mtp.positions.tolist() == [10, 11, 12]
+    assert mtp.experts.astype("int32").tolist() == ids[:3].tolist()
