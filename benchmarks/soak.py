@@ -38,6 +38,9 @@ from sglang_r3.record import RoutingRecord
 RESULTS = Path(__file__).parent / "results"
 # A KV pool a few requests wide: concurrent decodes run out of slots and SGLang retracts some.
 SOAK_SERVER_FLAGS = ["--max-total-tokens", "768", "--max-running-requests", "16", "--chunked-prefill-size", "256"]
+# A small pool retracts only when timing makes decode outgrow it; SGLang's own test switch also runs its
+# real retraction path every 10th forward, so every run retracts.
+SOAK_SERVER_ENV = {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": "10"}
 OPTIONS = ("routing", "mtp", "start", "upstream", "msgpack", "none", "abort")
 TIMEOUT = httpx.Timeout(600.0)
 
@@ -222,14 +225,15 @@ def main(argv=None) -> None:
     if url is None:
         from tests.servers import ServerProcess
 
-        server = ServerProcess(SOAK_SERVER_FLAGS).start().wait_ready()
+        server = ServerProcess(SOAK_SERVER_FLAGS, env=SOAK_SERVER_ENV).start().wait_ready()
         url = server.url
     try:
         res = asyncio.run(soak(url, args.requests, args.concurrency))
     finally:
         if server is not None:
             server.stop()
-    out = {**asdict(res), "ok": res.ok, "mismatches": res.mismatches[:20], "server_flags": SOAK_SERVER_FLAGS}
+    out = {**asdict(res), "ok": res.ok, "mismatches": res.mismatches[:20], "server_flags": SOAK_SERVER_FLAGS,
+           "server_env": SOAK_SERVER_ENV}
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "soak.json").write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))

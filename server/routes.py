@@ -29,13 +29,8 @@ from sglang_r3.record import bits_for
 
 logger = logging.getLogger(__name__)
 
-try:  # SGLang's own endpoint auth levels: with --admin-api-key set, admin endpoints need that key
-    from sglang.srt.utils.auth import AuthLevel, auth_level
-except ImportError:  # pragma: no cover
-    AuthLevel = None
-
-    def auth_level(_level):
-        return lambda f: f
+# SGLang's own endpoint auth levels: with --admin-api-key set, admin endpoints need that key.
+from sglang.srt.utils.auth import AuthLevel, auth_level  # noqa: E402
 
 MSGPACK = "application/msgpack"
 router = APIRouter()

@@ -53,7 +53,10 @@ class LayerSchema(BaseModel):
 
 
 class LayoutResponse(BaseModel):
-    fingerprint: str = Field(description="Hash of the layer structure; every routing record carries it.")
+    fingerprint: str = Field(
+        description="Hash of the layer structure and config_digest; every routing record carries it."
+    )
+    config_digest: str = Field("", description="Hash of the routing-relevant values of the model's config.json.")
     architecture: str
     num_hidden_layers: int
     layers: List[LayerSchema]
@@ -81,6 +84,19 @@ class RoutingRecordSchema(BaseModel):
     dtype: Literal["uint8", "uint16"]
     experts: str = Field(description="base64 of row-major [num_tokens, len(layers), topk]")
     mtp: Optional[MtpSection] = None
+    weight_version: Optional[str] = Field(
+        None, description="SGLang's weight version of the sample; 'mixed:v1,v2' when it spanned a weight update."
+    )
+    tokens_digest: Optional[str] = Field(None, description="token_digest(prompt + completion token ids).")
+
+
+class RoutingErrorSchema(BaseModel):
+    """``meta_info.routing_error``: present instead of ``routing`` when some rows were never captured."""
+
+    code: Literal["missing_rows", "capture_off"]
+    message: str
+    missing_rows: int
+    rows: int
 
 
 class CaptureModeRequest(BaseModel):

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from benchmarks.soak import SOAK_SERVER_FLAGS
+from benchmarks.soak import SOAK_SERVER_ENV, SOAK_SERVER_FLAGS
 from tests.servers import ServerProcess
 
 torch.set_num_threads(1)
@@ -30,6 +30,7 @@ SERVER_FLAGS = {
     # A KV pool a few requests wide: concurrent decodes run out of KV and SGLang retracts requests.
     "soak": SOAK_SERVER_FLAGS,
 }
+SERVER_ENV = {"soak": SOAK_SERVER_ENV}
 
 
 class _Servers:
@@ -44,7 +45,7 @@ class _Servers:
             # Start every server not yet running, then wait: startups overlap.
             for n, flags in SERVER_FLAGS.items():
                 if n not in self._procs:
-                    self._procs[n] = ServerProcess(flags).start()
+                    self._procs[n] = ServerProcess(flags, env=SERVER_ENV.get(n, {})).start()
         proc = self._procs[name]
         return proc.wait_ready()
 

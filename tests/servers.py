@@ -11,7 +11,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import httpx
 
@@ -27,6 +27,7 @@ def free_port() -> int:
 @dataclass
 class ServerProcess:
     args: List[str]
+    env: Dict[str, str] = field(default_factory=dict)  # added to this process's environment
     port: int = field(default_factory=free_port)
     proc: Optional[subprocess.Popen] = None
     log_path: Optional[Path] = None
@@ -40,7 +41,8 @@ class ServerProcess:
         self.log_path = Path(path)
         log = os.fdopen(fd, "w")
         cmd = [sys.executable, "-m", "sglang_r3.launch_server", "--port", str(self.port), *self.args]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, **self.env})
         return self
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> "ServerProcess":

@@ -16,5 +16,17 @@ def install_http_routes() -> None:
     ours = {(r.path, frozenset(getattr(r, "methods", ()) or ())) for r in router.routes}
     paths = {p for p, _ in ours}
     app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) not in paths]
-    app.include_router(router)
+    # One app-level route per endpoint (not include_router, which this FastAPI wraps in a single
+    # router route): SGLang's API-key middleware reads each matched route's endpoint for its
+    # @auth_level, and an admin endpoint behind a wrapper would be served without the admin key.
+    for r in router.routes:
+        app.add_api_route(
+            r.path,
+            r.endpoint,
+            methods=sorted(r.methods),
+            response_model=r.response_model,
+            responses=r.responses,
+            summary=r.summary,
+            openapi_extra=r.openapi_extra,
+        )
     app.openapi_schema = None  # rebuild /openapi.json with our routes
