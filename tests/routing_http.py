@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Union
 
 import httpx
 
+from sglang_r3.layout import ModelLayout
 from sglang_r3.record import RoutingRecord
 
 TIMEOUT = httpx.Timeout(600.0)
@@ -34,3 +35,11 @@ def full_ids(out: Dict[str, Any], prompt_ids: List[int]) -> List[int]:
 def flush_cache(url: str) -> None:
     r = httpx.post(url + "/flush_cache", timeout=TIMEOUT)
     assert r.status_code == 200, r.text
+
+
+def ids(text: str) -> List[int]:
+    return list(text.encode())  # the embedded tokenizer is byte-level: id == byte
+
+
+def fetch_layout(url: str) -> ModelLayout:
+    return ModelLayout.from_dict(httpx.get(url + "/routing/layout", timeout=TIMEOUT).json())

@@ -18,13 +18,9 @@ from sglang_r3.embedded import EMBEDDED_CONFIG
 from sglang_r3.layout import ModelLayout
 from sglang_r3.record import token_digest
 from tests.conftest import ADMIN_KEY
-from tests.routing_http import TIMEOUT, flush_cache, greedy, record_of
+from tests.routing_http import TIMEOUT, fetch_layout, flush_cache, greedy, ids, record_of
 
 K = EMBEDDED_CONFIG["num_experts_per_tok"]
-
-
-def ids(text: str):
-    return list(text.encode())
 
 
 def set_capture(url: str, mode: str, key: str = None) -> httpx.Response:
@@ -39,7 +35,7 @@ def url(nospec_server):
 
 @pytest.fixture(scope="module")
 def layout(url) -> ModelLayout:
-    return ModelLayout.from_dict(httpx.get(url + "/routing/layout", timeout=TIMEOUT).json())
+    return fetch_layout(url)
 
 
 def upstream_rows(b64: str, layout: ModelLayout) -> np.ndarray:

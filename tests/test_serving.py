@@ -11,15 +11,11 @@ import pytest
 
 from sglang_r3.embedded import EMBEDDED_CONFIG
 from sglang_r3.layout import ModelLayout
-from tests.routing_http import TIMEOUT, flush_cache, full_ids, generate, greedy, record_of
+from tests.routing_http import TIMEOUT, fetch_layout, flush_cache, full_ids, greedy, ids, record_of
 
 PROMPTS = ["The quick brown fox", "Routing replay keeps the policy ratio honest.", "abc"]
 E = EMBEDDED_CONFIG["n_routed_experts"]
 K = EMBEDDED_CONFIG["num_experts_per_tok"]
-
-
-def ids(text: str):
-    return list(text.encode())  # the embedded tokenizer is byte-level: id == byte
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +25,7 @@ def url(nospec_server):
 
 @pytest.fixture(scope="module")
 def layout(url) -> ModelLayout:
-    return ModelLayout.from_dict(httpx.get(url + "/routing/layout", timeout=TIMEOUT).json())
+    return fetch_layout(url)
 
 
 def test_layout_roles_of_embedded_model(layout):

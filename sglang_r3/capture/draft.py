@@ -14,7 +14,7 @@ one draft forward:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -82,6 +82,9 @@ class DraftCapturer:
         self.staging[depth - 1, :n] = topk_ids[:, : self.topk]
         self._staged[depth] = n
         self._graph_depths[depth] = n
+
+    def has_pending(self) -> bool:
+        return bool(self._pending)
 
     def has_staged(self, graph_replay: bool = False) -> bool:
         return bool(self._staged or (graph_replay and self._graph_depths))

@@ -98,6 +98,10 @@ def forward_batch_generation_after(result, self, batch, *args, **kwargs):
     accept = getattr(result, "accept_lens", None)
     if cap is None or cap.draft is None or accept is None or batch.forward_mode.is_extend():
         return result
+    if not cap.draft.has_pending():
+        # Nothing drafted this round was filed (MTP capture off): no reason to read accept_lens on the
+        # host, which would wait for the verify inside the overlap scheduler's forward step.
+        return result
     # accept_lens counts the bonus token the target adds after the accepted drafts.
     cap.draft.resolve_round(batch.req_pool_indices.tolist(), (accept.to("cpu") - 1).tolist())
     return result
