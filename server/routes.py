@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 from functools import lru_cache
 from typing import Any, Dict, List, Optional
 
@@ -62,7 +63,14 @@ def current_layout() -> ModelLayout:
 # Request side
 # ---------------------------------------------------------------------------
 
+def _default_routing() -> Any:
+    value = os.environ.get("SGLANG_R3_DEFAULT_ROUTING")  # set by the launcher's --r3-default-routing
+    return {"main": True, "main+mtp": {"mtp": True}}.get(value or "")
+
+
 def parse_routing_options(body: Dict[str, Any]) -> RoutingOptions:
+    if "return_routing" not in body and not body.get("return_routed_experts") and (d := _default_routing()):
+        body = {**body, "return_routing": d}
     try:
         opts = RoutingOptions.model_validate(body)
     except ValidationError as e:

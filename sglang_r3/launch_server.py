@@ -16,6 +16,30 @@ from typing import List, Optional, Sequence
 logger = logging.getLogger("sglang_r3")
 
 ENABLE_ENV = "SGLANG_R3_ENABLED"
+DEFAULT_ROUTING_ENV = "SGLANG_R3_DEFAULT_ROUTING"
+DEFAULT_ROUTING_FLAG = "--r3-default-routing"
+DEFAULT_ROUTING_CHOICES = ("main", "main+mtp")
+
+
+def pop_default_routing(argv: Sequence[str]) -> tuple:
+    """(argv without our ``--r3-default-routing X``, X or None).
+
+    Gateways that re-serialize requests through their own schema (sglang-router) drop
+    ``return_routing``; a server started with this flag returns routing for every /generate
+    request that does not say otherwise, so routing survives such a gateway.
+    """
+    out, value, it = [], None, iter(argv)
+    for a in it:
+        if a == DEFAULT_ROUTING_FLAG:
+            value = next(it, None)
+        elif a.startswith(DEFAULT_ROUTING_FLAG + "="):
+            value = a.split("=", 1)[1]
+        else:
+            out.append(a)
+            continue
+        if value not in DEFAULT_ROUTING_CHOICES:
+            raise SystemExit(f"{DEFAULT_ROUTING_FLAG} must be one of {', '.join(DEFAULT_ROUTING_CHOICES)}, got {value!r}")
+    return out, value
 
 
 def _has_flag(argv: Sequence[str], flag: str) -> bool:
@@ -58,6 +82,9 @@ def prepare(argv: Sequence[str], process: Optional[str] = None):
     if cpu:
         activate_cpu_runtime()
     os.environ[ENABLE_ENV] = "1"  # read by the plugin in SGLang's child processes
+    argv, default_routing = pop_default_routing(argv)
+    if default_routing:
+        os.environ[DEFAULT_ROUTING_ENV] = default_routing  # read by server/routes.py
     sglang_argv = resolve_argv(argv, cpu=cpu)
     if process is not None:
         from sglang_r3.patches import install

@@ -23,10 +23,11 @@ SERVER_FLAGS = {
     "spec": [],  # no flags: exactly what `python -m sglang_r3.launch_server` serves
     "nospec": ["--disable-speculation", "--enable-metrics"],
     # EAGLE tree drafting (topk 2): accepted tokens' KV is moved, and rows must follow it. The admin
-    # key guards state-changing endpoints only (/generate stays open).
+    # key guards state-changing endpoints only (/generate stays open). Default routing: every
+    # /generate returns main rows unless it says otherwise (what survives sglang-router).
     "tree": ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
              "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "4",
-             "--admin-api-key", ADMIN_KEY],
+             "--admin-api-key", ADMIN_KEY, "--r3-default-routing", "main"],
     # A KV pool a few requests wide: concurrent decodes run out of KV and SGLang retracts requests.
     "soak": SOAK_SERVER_FLAGS,
 }

@@ -1,23 +1,27 @@
-"""Refuse, in the TokenizerManager, every request field that would crash SGLang's scheduler.
+"""Refuse, in the TokenizerManager, every request field that would crash SGLang.
 
-SGLang 0.5.23 forwards several request fields to the scheduler unchecked, and the
-scheduler process dies on them, taking the whole server down (upstream has the same
-holes): a token id outside the vocabulary or negative (IndexError in the embedding),
-a prompt that tokenizes to nothing (a 0-token MoE forward), ``top_logprobs_num`` beyond
-the vocabulary (``topk``), ``stop_token_ids`` outside the vocabulary (``scatter_add_`` in
-the min-new-tokens penalizer), ``top_k`` / ``min_new_tokens`` beyond int32 (tensor
-overflow), and a per-request field that is a list where the scheduler compares a number.
+SGLang 0.5.23 forwards several request fields unchecked, and some kill the scheduler (and
+with it the whole server; upstream has the same holes): a token id outside the vocabulary or
+negative (IndexError in the embedding), a prompt that tokenizes to nothing (a 0-token MoE
+forward), ``top_logprobs_num`` beyond the vocabulary (``topk``), ``stop_token_ids`` outside the
+vocabulary (``scatter_add_`` in the min-new-tokens penalizer), ``top_k`` / ``min_new_tokens``
+beyond int32 (tensor overflow), a per-request field that is a list where the scheduler compares
+a number, ``token_indices_to_pool`` on a prompt served from the radix cache. Others kill the
+TokenizerManager's output loop (a string ``received_time``) or are a 500 (a ``rid`` list for one
+prompt, lone surrogates that the tokenizer cannot encode, an invalid ``stop_regex``).
 
 Hooks (HookRegistry):
 
 * ``TokenizerManager._validate_one_request`` (AROUND) -- runs once per prompt (batches
   are already split) for every entry point: ``/generate``, ``/v1/completions``,
   ``/v1/chat/completions`` and the in-process ``sglang.Engine``. A ``ValueError`` raised
-  here reaches the HTTP client as a 400 and the Engine caller as the exception itself.
+  here is a 400 for HTTP clients (inside the 200 stream for ``"stream": true``, as SGLang
+  does) and the exception itself for Engine callers.
 * ``GenerateReqInput.normalize_batch_and_arguments`` and ``GenerateReqInput.__getitem__``
-  (AROUND) -- batch shape: ``n``, empty batches, per-prompt lists whose length does not
-  match the batch. These two only reshape the request, so any error they raise is the
-  request's fault and becomes a ``ValueError`` (a 400, not a 500).
+  (AROUND) -- the fields SGLang normally fills in itself, and batch shape: ``n``, empty
+  batches, per-prompt lists whose length does not match the batch. These two only reshape
+  the request, so any error they raise is the request's fault and becomes a ``ValueError``
+  (a 400, not a 500).
 
 Messages name the field and the index, e.g.
 ``input_ids[3] = 99999999 is outside the vocabulary [0, 151552)``; in a batch the prompt's
@@ -37,6 +41,9 @@ _TM = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
 _GRI = "sglang.srt.managers.io_struct.GenerateReqInput"
 
 INT32_MAX = 2**31 - 1
+# Parallel sampling copies the request's lists n times in the TokenizerManager before anything
+# is sent: n = 10**9 is tens of GB there (the process is OOM-killed). n = 1 copies nothing.
+MAX_SEQUENCES = 65536
 # Sub-requests of a batch carry their index so messages can point at the right prompt.
 _BATCH_INDEX = "_sglang_r3_batch_index"
 
@@ -61,6 +68,20 @@ def _is_bool(v: Any) -> bool:
 def _show(v: Any) -> str:
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_utf8(value: Any, field: str) -> None:
+    """Strings that reach the tokenizer or are echoed back (rid) must be valid Unicode: JSON's
+    ``\\ud800`` escapes decode to lone surrogates, which the fast tokenizer and orjson reject
+    with a TypeError (a 500)."""
+    items = value if isinstance(value, list) else [value]
+    for i, s in enumerate(items):
+        if isinstance(s, str) and not s.isascii():
+            try:
+                s.encode("utf-8")
+            except UnicodeEncodeError as e:
+                where = f"{field}[{i}]" if isinstance(value, list) else field
+                raise ValueError(f"{where} is not valid Unicode text ({e.reason} at character {e.start})") from None
 
 
 def check_token_ids(ids: Any, field: str, vocab_size: int) -> None:
@@ -93,15 +114,18 @@ _BOOL_FIELDS = ("ignore_eos", "skip_special_tokens", "spaces_between_special_tok
 _STR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
 
 
-def _sampling_fields() -> frozenset:
+_KNOWN_SAMPLING: Optional[frozenset] = None
+_MAX_STOP_REGEX_LEN = 0
+
+
+def _load_sampling_limits() -> None:
+    global _KNOWN_SAMPLING, _MAX_STOP_REGEX_LEN
     import msgspec
 
-    from sglang.srt.sampling.sampling_params import SamplingParams
+    from sglang.srt.sampling.sampling_params import MAX_STOP_REGEX_LEN, SamplingParams
 
-    return frozenset(f.name for f in msgspec.structs.fields(SamplingParams))
-
-
-_KNOWN_SAMPLING: Optional[frozenset] = None
+    _MAX_STOP_REGEX_LEN = MAX_STOP_REGEX_LEN
+    _KNOWN_SAMPLING = frozenset(f.name for f in msgspec.structs.fields(SamplingParams))
 
 
 def _int_in(sp: dict, name: str, where: str, lo: int, hi: int, hint: str = "") -> None:
@@ -115,13 +139,12 @@ def _int_in(sp: dict, name: str, where: str, lo: int, hi: int, hint: str = "") -
 
 
 def check_sampling_params(sp: Any, where: str, vocab_size: int) -> None:
-    global _KNOWN_SAMPLING
     if sp is None:
         return
     if not isinstance(sp, dict):
         raise ValueError(f"{where} must be an object, got {type(sp).__name__}")
     if _KNOWN_SAMPLING is None:
-        _KNOWN_SAMPLING = _sampling_fields()
+        _load_sampling_limits()
     unknown = [k for k in sp if k not in _KNOWN_SAMPLING]
     if unknown:
         raise ValueError(f"{where} has unknown field {unknown[0]!r}")
@@ -148,6 +171,7 @@ def check_sampling_params(sp: Any, where: str, vocab_size: int) -> None:
         v = sp.get(name)
         if v is not None and not isinstance(v, str):
             raise ValueError(f"{where}.{name} must be a string, got {_show(v)}")
+        check_utf8(v, f"{where}.{name}")
     for name in ("stop", "stop_regex"):
         v = sp.get(name)
         items = [v] if isinstance(v, str) else v
@@ -155,8 +179,11 @@ def check_sampling_params(sp: Any, where: str, vocab_size: int) -> None:
             continue
         if not isinstance(items, (list, tuple)) or not all(isinstance(s, str) for s in items):
             raise ValueError(f"{where}.{name} must be a string or a list of strings, got {_show(v)}")
+        check_utf8(list(items), f"{where}.{name}")
         if name == "stop_regex":
             for i, pattern in enumerate(items):
+                if len(pattern.encode("utf-8", "surrogatepass")) > _MAX_STOP_REGEX_LEN:
+                    continue  # upstream refuses it by length; no need to parse a long one first
                 try:
                     # upstream parses these outside any ValueError handler (re.error -> 500)
                     _sre_parse.parse(pattern)
@@ -368,15 +395,28 @@ def _check_input_embeds(obj, hidden_size: Optional[int]) -> None:
 # ---------------------------------------------------------------------------
 
 def _num_prompts(obj) -> Optional[int]:
-    """Prompts in the request before any ``n`` expansion; None for a single prompt."""
-    if isinstance(obj.text, list):
-        return len(obj.text)
-    if obj.text is None and isinstance(obj.input_ids, list) and obj.input_ids and isinstance(obj.input_ids[0], list):
-        return len(obj.input_ids)
+    """Prompts in the request before any ``n`` expansion; None for a single prompt. Mirrors
+    ``GenerateReqInput._determine_batch_size``, which runs after this check."""
+    try:
+        if obj.text is not None:
+            return None if isinstance(obj.text, str) else len(obj.text)
+        if obj.input_ids is not None:
+            ids = obj.input_ids
+            return None if len(ids) == 0 or isinstance(ids[0], int) else len(ids)
+        if obj.input_embeds is not None:
+            return None if isinstance(obj.input_embeds[0][0], float) else len(obj.input_embeds)
+    except (TypeError, IndexError, KeyError):
+        pass  # malformed; normalization names the problem
     return None
 
 
+# Top-level strings that are tokenized, hashed into cache keys or echoed in the response.
+_TEXT_FIELDS = ("text", "rid", "extra_key", "cache_salt", "lora_path", "routing_key", "session_id")
+
+
 def _check_batch_shape(obj) -> None:
+    for field in _TEXT_FIELDS:
+        check_utf8(getattr(obj, field, None), field)
     if obj.text is not None:
         texts = obj.text if isinstance(obj.text, list) else [obj.text]
         if isinstance(obj.text, list) and not obj.text:
@@ -402,6 +442,19 @@ def _check_batch_shape(obj) -> None:
     n = first.get("n", 1)
     if not _is_int(n) or n < 1:
         raise ValueError(f"sampling_params.n = {_show(n)} must be a positive integer")
+    if n > 1 and n * (n_prompts or 1) > MAX_SEQUENCES:
+        raise ValueError(
+            f"sampling_params.n = {n} for {n_prompts or 1} prompt(s) asks for {n * (n_prompts or 1)} sequences; "
+            f"at most {MAX_SEQUENCES} per request"
+        )
+    rid = obj.rid
+    if rid is not None:
+        rids = rid if isinstance(rid, list) else [rid]
+        if not all(isinstance(r, str) for r in rids):
+            raise ValueError(f"rid must be a string or a list of strings, got {_show(rid)}")
+        # A single prompt's rid keys the TokenizerManager's request table (a list would be a 500).
+        if isinstance(rid, list) and n_prompts is None and n == 1:
+            raise ValueError("rid must be a string (not a list) for a single prompt")
     if isinstance(sp, list):
         expected = 1 if n_prompts is None else n_prompts
         if len(sp) != expected:

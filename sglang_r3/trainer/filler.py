@@ -4,19 +4,28 @@ Decoder MoE routers replay the record (forward, and backward recomputation);
 MTP routers are left live: SGLang's MTP-draft routing comes from a different
 forward (draft tokens, draft steps) than the trainer's MTP loss, so there is
 no row to replay for them and their routing is computed.
+
+Several microbatches per step (Megatron's ``forward_backward_func``): every
+schedule Megatron has (no pipelining, 1F1B, interleaved) runs each model
+chunk's forwards in microbatch order and its backwards in the same order, so
+one FIFO per router serves them all: a forward takes the next microbatch's rows,
+and an activation recompute (a router forward inside autograd's backward) takes
+the rows of the oldest forward not yet recomputed. Megatron's own RouterReplay
+holds a single forward target, so the filler sets it from the queue just
+before each router forward.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 
 from sglang_r3.layout import ModelLayout
-from sglang_r3.record import RoutingRecord
+from sglang_r3.record import RecordError, RoutingRecord
 from sglang_r3.trainer.discovery import RouterSite, as_chunks, find_routers
 from sglang_r3.trainer.errors import ReplayError
 from sglang_r3.trainer.model_check import check_model_against_layout, model_config
@@ -34,8 +43,23 @@ class FillSummary:
     live_mtp_layers: Tuple[int, ...]
 
 
+@dataclass
+class _RouterQueue:
+    """One decoder router's rows for the step: filled microbatches in order, and forwards awaiting recompute."""
+
+    forward: Deque[Tuple[int, torch.Tensor]]  # (microbatch, [rows, topk]) not yet consumed by a forward
+    recompute: Deque[Tuple[int, torch.Tensor]]  # forwarded, not yet recomputed
+    filled: int
+    forwards: int = 0
+    recomputes: int = 0
+
+
 class ReplayFiller:
-    """Binds once to a model; ``fill`` before each microbatch's forward, ``clear`` after the step."""
+    """Binds once to a model; ``fill`` before each microbatch's forward, ``clear`` after the step.
+
+    With several microbatches per step, ``fill_microbatches`` once before ``forward_backward_func``
+    and ``finish`` after it.
+    """
 
     def __init__(
         self,
@@ -61,6 +85,7 @@ class ReplayFiller:
             if not getattr(s.router, "_r3_row_guard", False):  # one guard per router, however many fillers
                 s.router.register_forward_pre_hook(_row_guard(s))
                 s.router._r3_row_guard = True
+            s.router._r3_queue = None  # set by fill_microbatches, read by the guard
         logger.info(
             "R3 replay: %d decoder MoE routers replay records (layers %s); %d MTP router(s) left live "
             "(routing computed by the trainer)",
@@ -102,17 +127,82 @@ class ReplayFiller:
         packed = self.pack(records, tokens)  # raises before any router is touched
         per_layer = packed.layer_tensors()
         targets = [per_layer[self._columns[s.layer_id]] for s in self.decoder_sites]
+        self._drop_queues()  # a single fill replaces a queued step
         for s, t in zip(self.decoder_sites, targets):
             rr = s.router.router_replay
             rr.set_target_indices(t)  # also queued for backward recomputation
             rr.set_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
         self._live_mtp()
+        return self._summary(len(records), packed.num_rows)
+
+    def fill_microbatches(
+        self, microbatches: Sequence[Tuple[Sequence[RoutingRecord], Sequence[Any]]]
+    ) -> List[FillSummary]:
+        """Queue a whole step: microbatches[m] = (records, tokens) of microbatch m, in the order the
+        schedule's data iterator yields them. Every record of every microbatch is checked before any
+        router is touched. Each decoder router then replays microbatch m's rows in its m-th forward
+        and again in its m-th activation recompute; call ``finish`` after ``forward_backward_func``."""
+        if not microbatches:
+            raise ReplayError("fill_microbatches needs at least one microbatch")
+        packed = []
+        for m, batch in enumerate(microbatches):
+            try:
+                records, tokens = batch
+            except (TypeError, ValueError):
+                raise ReplayError(f"microbatch {m}: expected a (records, tokens) pair") from None
+            try:
+                packed.append(self.pack(records, tokens))
+            except (RecordError, ReplayError) as e:
+                raise type(e)(f"microbatch {m}: {e}") from None
+        self.clear()
+        per_mb = [p.layer_tensors() for p in packed]
+        for s in self.decoder_sites:
+            col = self._columns[s.layer_id]
+            s.router._r3_queue = _RouterQueue(
+                forward=deque((m, layers[col]) for m, layers in enumerate(per_mb)),
+                recompute=deque(),
+                filled=len(per_mb),
+            )
+        self._live_mtp()
+        return [self._summary(len(b[0]), p.num_rows) for b, p in zip(microbatches, packed)]
+
+    def finish(self) -> None:
+        """After the step: every filled microbatch must have reached every decoder router once, and a
+        router that recomputes must have recomputed each of its forwards; then clear.
+        Raises naming the router otherwise (rows left over: the schedule ran fewer microbatches
+        than were filled)."""
+        problems = []
+        for s in self.decoder_sites:
+            q = getattr(s.router, "_r3_queue", None)
+            if q is None:
+                continue
+            if q.forward:
+                problems.append(
+                    f"{s.describe()}: microbatch(es) {[m for m, _ in q.forward]} of {q.filled} filled were "
+                    f"never forwarded"
+                )
+            # A router recomputes every forward of a step or none (Megatron decides per layer; a
+            # forward-only step recomputes nothing).
+            if q.recomputes and q.recompute:
+                problems.append(
+                    f"{s.describe()}: recomputed {q.recomputes} forward(s) but not microbatch(es) "
+                    f"{[m for m, _ in q.recompute]}"
+                )
+        self.clear()
+        if problems:
+            raise ReplayError("replay queue not consumed exactly: " + "; ".join(problems))
+
+    def _summary(self, num_samples: int, num_rows: int) -> FillSummary:
         return FillSummary(
-            num_samples=len(records),
-            num_rows=packed.num_rows,
+            num_samples=num_samples,
+            num_rows=num_rows,
             replayed_layers=tuple(s.layer_id for s in self.decoder_sites),
             live_mtp_layers=tuple(s.layer_id for s in self.mtp_sites),
         )
+
+    def _drop_queues(self) -> None:
+        for s in self.decoder_sites:
+            s.router._r3_queue = None
 
     def replay_backward(self) -> None:
         """After the forward: recomputed router forwards (activation recompute) pop the queued rows."""
@@ -126,6 +216,7 @@ class ReplayFiller:
         """Let decoder routers compute their routing and keep it (for the fidelity report)."""
         from megatron.core.transformer.moe.router_replay import RouterReplayAction
 
+        self._drop_queues()
         for s in self.decoder_sites:
             s.router.router_replay.clear_indices()
             s.router.router_replay.set_router_replay_action(RouterReplayAction.RECORD)
@@ -142,7 +233,10 @@ class ReplayFiller:
         return out
 
     def clear(self) -> None:
-        """Drop targets, queued backward rows and actions: routers compute their own routing again."""
+        """Drop targets, queued rows and actions: routers compute their own routing again.
+
+        Drops silently (for error paths); ``finish`` checks that a queued step was consumed first."""
+        self._drop_queues()
         for s in self.decoder_sites:
             s.router.router_replay.clear_indices()
             s.router.router_replay.clear_router_replay_action()
@@ -163,25 +257,69 @@ def _ensure_replay(site: RouterSite) -> None:
         site.router.router_replay = RouterReplay()
 
 
+def _in_backward() -> bool:
+    """True inside autograd's backward: a router forward there is an activation recompute."""
+    return torch._C._current_graph_task_id() != -1
+
+
 def _row_guard(site: RouterSite):
-    """Name the layer when the replayed rows do not match the tokens reaching the router."""
+    """Serve queued microbatches, and name the layer when rows do not match the tokens reaching the router."""
 
     def hook(module, args):
         from megatron.core.transformer.moe.router_replay import RouterReplayAction
 
         rr = module.router_replay
-        if rr is None or rr.router_replay_action != RouterReplayAction.REPLAY_FORWARD:
-            return None
         x = args[0] if args else None
-        if x is None or rr.target_topk_idx is None:
+        q = getattr(module, "_r3_queue", None)
+        where = ""
+        if q is not None and rr is not None:
+            where = _take_queued(site, rr, q)
+        if rr is None or rr.router_replay_action not in (
+            RouterReplayAction.REPLAY_FORWARD, RouterReplayAction.REPLAY_BACKWARD
+        ):
+            return None
+        if rr.router_replay_action == RouterReplayAction.REPLAY_FORWARD:
+            target = rr.target_topk_idx
+        else:
+            target = rr.replay_backward_list[0] if rr.replay_backward_list else None
+        if x is None or target is None:
             return None
         tokens = x.numel() // x.shape[-1]
-        rows = int(rr.target_topk_idx.shape[0])
+        rows = int(target.shape[0])
         if rows != tokens:
             raise ReplayError(
-                f"{site.describe()}: {tokens} tokens reach the router but {rows} rows were filled; "
+                f"{site.describe()}{where}: {tokens} tokens reach the router but {rows} rows were filled; "
                 f"the packed microbatch and the records disagree (check padding, CP/SP slicing)"
             )
         return None
 
     return hook
+
+
+def _take_queued(site: RouterSite, rr: Any, q: _RouterQueue) -> str:
+    """Point Megatron's RouterReplay at the rows this call must use; return ' (microbatch m)' for messages."""
+    from megatron.core.transformer.moe.router_replay import RouterReplayAction
+
+    if _in_backward():
+        if not q.recompute:
+            raise ReplayError(
+                f"{site.describe()}: activation recompute #{q.recomputes + 1} but no forward is awaiting "
+                f"recompute ({q.forwards} forward(s), {q.recomputes} recomputed)"
+            )
+        m, rows = q.recompute.popleft()
+        q.recomputes += 1
+        rr.replay_backward_list = [rows]
+        rr.set_router_replay_action(RouterReplayAction.REPLAY_BACKWARD)
+        return f" (recompute of microbatch {m})"
+    if not q.forward:
+        raise ReplayError(
+            f"{site.describe()}: forward #{q.forwards + 1} but only {q.filled} microbatch(es) were filled"
+        )
+    m, rows = q.forward.popleft()
+    q.forwards += 1
+    # Kept whatever the grad mode: a checkpointed layer's first forward runs under no_grad.
+    q.recompute.append((m, rows))
+    rr.target_topk_idx = rows
+    rr.replay_backward_list = []
+    rr.set_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
+    return f" (microbatch {m})"

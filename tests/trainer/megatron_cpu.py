@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import types
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -17,14 +18,27 @@ import torch
 _INITIALIZED = False
 
 
+class _CpuTorch(types.ModuleType):
+    """torch, except that tensors asked for on "cuda" are made on the CPU."""
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    @staticmethod
+    def zeros(*args, device=None, **kwargs):
+        return torch.zeros(*args, device="cpu" if str(device).startswith("cuda") else device, **kwargs)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def init_megatron_cpu() -> None:
-    """One gloo rank, model-parallel sizes 1, CPU shims. Idempotent."""
+def init_megatron_cpu(rank: int = 0, world_size: int = 1, pipeline_parallel: int = 1) -> None:
+    """gloo ranks (one by default), CPU shims; model-parallel sizes 1 except pipeline. Idempotent.
+
+    Several ranks: each process calls this with its rank; MASTER_ADDR/MASTER_PORT must be set."""
     global _INITIALIZED
     if _INITIALIZED:
         return
@@ -38,6 +52,22 @@ def init_megatron_cpu() -> None:
 
     # The TE fused gemm path is probed by attribute; None selects the torch path.
     moe_utils.te_general_gemm = None
+    # The schedules count tokens in a tensor made on device="cuda"; give them a torch that makes it on CPU.
+    from megatron.core.pipeline_parallel import schedules
+
+    schedules.torch = _CpuTorch("torch")
+    # Activation recompute saves and restores the CUDA generator around the recomputed forward;
+    # on CPU there is only the CPU generator, which megatron saves and restores itself.
+    from megatron.core.tensor_parallel import random as mrandom
+
+    mrandom._get_cuda_rng_state = lambda *a, **k: torch.get_rng_state()
+    mrandom._set_cuda_rng_state = lambda *a, **k: None
+
+    if pipeline_parallel > 1:
+        # Stages tie the embedding across first and last stage by moving it .cuda() for an
+        # all-reduce, and sync the device after p2p sends; on CPU both stay on the host.
+        torch.Tensor.cuda = lambda self, *a, **k: self
+        torch.cuda.synchronize = lambda *a, **k: None
 
     import torch.distributed as dist
     from megatron.core import parallel_state
@@ -46,8 +76,8 @@ def init_megatron_cpu() -> None:
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
-        dist.init_process_group("gloo", rank=0, world_size=1)
-    parallel_state.initialize_model_parallel(1, 1)
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    parallel_state.initialize_model_parallel(1, pipeline_parallel)
     model_parallel_cuda_manual_seed(1234, inference_rng_tracker=True, force_reset_rng=True)
     _INITIALIZED = True
 
@@ -76,7 +106,8 @@ class TinyMoeSpec:
         return [0] * self.dense_first + [1] * (self.num_layers - self.dense_first)
 
 
-def build_gpt(spec: TinyMoeSpec, seed: int = 1234):
+def build_gpt(spec: TinyMoeSpec, seed: int = 1234, **config_overrides):
+    """config_overrides: extra TransformerConfig fields (e.g. activation recompute)."""
     init_megatron_cpu()
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import (
@@ -110,9 +141,19 @@ def build_gpt(spec: TinyMoeSpec, seed: int = 1234):
         attention_dropout=0.0,
         add_bias_linear=False,
         gated_linear_unit=True,
+        **config_overrides,
     )
-    block = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization="RMSNorm")
-    mtp = get_gpt_mtp_block_spec(config, block, use_transformer_engine=False) if spec.mtp_layers else None
+    from megatron.core import parallel_state as ps
+
+    # A pipeline stage builds its own slice of layers; the MTP block sits on the last stage.
+    first, last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
+    pp_rank = ps.get_pipeline_model_parallel_rank()
+    block = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization="RMSNorm", pp_rank=pp_rank)
+    mtp = (
+        get_gpt_mtp_block_spec(config, block, use_transformer_engine=False, pp_rank=pp_rank)
+        if spec.mtp_layers
+        else None
+    )
     model = GPTModel(
         config=config,
         transformer_layer_spec=block,
@@ -120,8 +161,25 @@ def build_gpt(spec: TinyMoeSpec, seed: int = 1234):
         max_sequence_length=spec.max_seq,
         position_embedding_type="rope",
         mtp_block_spec=mtp,
+        pre_process=first,
+        post_process=last,
     )
     return model
+
+
+_CONVERTED = {}
+
+
+def converted_embedded_model(**config_overrides):
+    """The embedded SGLang checkpoint loaded into a Megatron GPTModel (fp32), built once per overrides."""
+    key = tuple(sorted(config_overrides.items()))
+    if key not in _CONVERTED:
+        init_megatron_cpu()
+        from sglang_r3.embedded import ensure_embedded_model
+        from sglang_r3.trainer.convert import load_glm_megatron
+
+        _CONVERTED[key] = load_glm_megatron(ensure_embedded_model(), **config_overrides)[0]
+    return _CONVERTED[key]
 
 
 def causal_mask(seq_len: int) -> torch.Tensor:

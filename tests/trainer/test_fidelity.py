@@ -1,16 +1,34 @@
-"""Replay fidelity: per-layer agreement of the rollout's top-k sets with the trainer's own routing."""
+"""Replay fidelity on real rollouts: SGLang's captured routing against the converted model's own routing.
+
+Oracle: the fp32 SGLang server (``nospec_server``) serving the embedded checkpoint; the trainer side
+is the same checkpoint in Megatron (``sglang_r3.trainer.convert``) with its routers recording
+(RouterReplay RECORD), i.e. R3 off.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
 import torch
 
-from megatron_cpu import forward_loss
-from sglang_r3.record import RoutingRecord, token_digest
-from sglang_r3.trainer import ReplayFiller, fidelity_report, topk_set_agreement
+from megatron_cpu import converted_embedded_model, forward_loss
+from sglang_r3.client import RoutingClient
+from sglang_r3.trainer import (
+    ReplayError,
+    ReplayFiller,
+    fidelity_report,
+    logprob_drift,
+    merge_reports,
+    mtp_draft_agreement,
+    topk_set_agreement,
+)
+
+torch.set_num_threads(1)
+
+PROMPTS = [[7, 3, 90, 41, 12], [33, 34, 35, 36, 37, 38]]
 
 
 def test_topk_set_agreement_ignores_order():
@@ -19,48 +37,85 @@ def test_topk_set_agreement_ignores_order():
     assert topk_set_agreement(a, b).tolist() == [True, False]
 
 
-def _records_from_trainer(recorded, samples, layout):
-    """Split the trainer's own packed routing (no CP/TP) back into per-sample records."""
-    cols = np.stack([recorded[l].numpy() for l in layout.moe_layer_ids], axis=1)  # [rows, layers, k]
-    out, at = [], 0
-    for ids in samples:
-        T = len(ids)
-        rows = cols[at : at + T - 1].astype(np.uint8)
-        out.append(RoutingRecord(layout.fingerprint, 0, layout.moe_layer_ids, rows, tokens_digest=token_digest(ids)))
-        at += T
+def test_logprob_drift_is_the_k3_estimator_and_counts_ratios_beyond_two():
+    trainer = [0.0, -1.0, -2.0 + math.log(3)]
+    rollout = [0.0, -1.0 + math.log(2) / 2, -2.0]
+    d = np.array(trainer) - np.array(rollout)
+    drift = logprob_drift(trainer, rollout)
+    assert drift.k3_kl == pytest.approx(np.mean(np.exp(d) - 1 - d))
+    assert drift.extreme_token_frac == pytest.approx(1 / 3)  # only ratio 3 is beyond 2x
+    assert drift.max_abs_diff == pytest.approx(math.log(3))
+    with pytest.raises(ReplayError, match="trainer has 3 logprobs, rollout has 2"):
+        logprob_drift(trainer, rollout[:2])
+
+
+def test_mtp_draft_agreement_refuses_entries_of_another_sample():
+    from sglang_r3.record import MtpRouting
+
+    mtp = MtpRouting(
+        positions=np.array([0, 1], np.int32), depth=np.array([1, 1], np.uint8), step=np.array([0, 0], np.uint8),
+        accepted=np.array([True, True]), experts=np.array([[0, 1, 2, 3], [4, 5, 6, 7]], np.uint8),
+        tokens=np.array([11, 99], np.int32),
+    )
+    mine = np.array([[3, 2, 1, 0], [4, 5, 6, 8], [0, 1, 2, 3]])
+    with pytest.raises(ReplayError, match=r"position 1 routed token 99, but the sample has 12 at position 2"):
+        mtp_draft_agreement(mtp, [10, 11, 12], mine)
+    ok = mtp_draft_agreement(mtp, [10, 11, 99], mine)
+    assert ok.by_step == ((0, 1, 2),) and ok.overall == 0.5
+
+
+@pytest.fixture(scope="module")
+def served(nospec_server, glm_layout):
+    with RoutingClient(nospec_server) as client:
+        assert client.layout() == glm_layout
+        return client.generate(input_ids=PROMPTS, sampling_params={"max_new_tokens": 8, "temperature": 1.0})
+
+
+def _recorded_per_sample(model, filler, results):
+    """The converted model's own routing of each served sample (R3 off), one forward per sample."""
+    out = []
+    for r in results:
+        filler.record()
+        with torch.no_grad():
+            forward_loss(model, torch.tensor(r.tokens), train=False)
+        out.append(filler.recorded())
+        filler.clear()
     return out
 
 
-def test_fidelity_of_the_trainers_own_routing_is_one_and_drops_with_disagreement(gpt_mtp1, glm_layout):
-    lengths = [8, 6]
-    filler = ReplayFiller(gpt_mtp1, glm_layout)
-    filler.record()
-    tokens = torch.arange(sum(lengths)) % 128
-    samples = list(torch.split(tokens, lengths))
-    with torch.no_grad():
-        forward_loss(gpt_mtp1, tokens, train=False)
-    recorded = filler.recorded()
-    assert sorted(recorded) == [1, 2, 3] and recorded[1].shape == (sum(lengths), 4)
-    filler.clear()
+def test_converted_model_routes_every_real_record_row_as_sglang_did(served, glm_layout):
+    model = converted_embedded_model()
+    filler = ReplayFiller(model, glm_layout, weight_version=served[0].weight_version)
+    recorded = _recorded_per_sample(model, filler, served)
+    report = merge_reports(
+        fidelity_report([r.record], [r.tokens], rec, glm_layout, weight_version=r.weight_version)
+        for r, rec in zip(served, recorded)
+    )
+    rows = sum(r.record.num_tokens for r in served)
+    assert report.num_tokens == rows and [l.tokens for l in report.layers] == [rows] * 3
+    assert report.per_layer == {1: 1.0, 2: 1.0, 3: 1.0}
+    assert report.flip_rate == 0.0 and report.tokens_flipped == 0
 
-    records = _records_from_trainer(recorded, samples, glm_layout)
-    report = fidelity_report(records, samples, recorded, glm_layout)
-    assert report.per_layer == {1: 1.0, 2: 1.0, 3: 1.0} and report.overall == 1.0
 
-    # The rollout routed layer 2 differently for 3 of sample 0's 7 rows.
-    e = records[0].experts.copy()
-    for row in range(3):
+def test_fidelity_counts_each_row_where_the_rollout_routed_differently(served, glm_layout):
+    model = converted_embedded_model()
+    filler = ReplayFiller(model, glm_layout)
+    recorded = _recorded_per_sample(model, filler, served[:1])[0]
+    r = served[0]
+    # Three rows of layer 2 as if the rollout had routed them elsewhere (the complement of the real set).
+    e = r.record.experts.copy()
+    for row in (0, 2, 4):
         e[row, 1] = [x for x in range(16) if x not in set(e[row, 1])][:4]
-    records[0] = dataclasses.replace(records[0], experts=e)
-    report = fidelity_report(records, samples, recorded, glm_layout)
-    real = (8 - 1) + (6 - 1)
-    assert report.per_layer[2] == pytest.approx((real - 3) / real)
-    assert report.per_layer[1] == report.per_layer[3] == 1.0
-    assert report.metrics()["r3/topk_agree_layer_2"] == pytest.approx((real - 3) / real)
+    changed = dataclasses.replace(r.record, experts=e)
+    report = fidelity_report([changed], [r.tokens], recorded, glm_layout)
+    n = r.record.num_tokens
+    assert report.per_layer == {1: 1.0, 2: pytest.approx((n - 3) / n), 3: 1.0}
+    assert report.tokens_flipped == 3 and report.token_flip_rate == pytest.approx(3 / n)
+    assert report.metrics()["r3/topk_agree_layer_2"] == pytest.approx((n - 3) / n)
 
 
 def test_replay_then_record_agrees_fully(gpt_mtp1, glm_layout):
-    """Routing replayed from a record is exactly what RECORD sees the router use (fidelity 1 under replay)."""
+    """Routing replayed from a record is exactly what the router uses (fidelity 1 under replay)."""
     from replay_helpers import synthetic_batch
 
     lengths = [5, 7]
@@ -70,9 +125,7 @@ def test_replay_then_record_agrees_fully(gpt_mtp1, glm_layout):
     spy_rows = {}
     hooks = [
         s.router.register_forward_hook(
-            lambda m, a, o, lid=s.layer_id: spy_rows.__setitem__(
-                lid, torch.nonzero(o[1])[:, 1].reshape(-1, 4)
-            )
+            lambda m, a, o, lid=s.layer_id: spy_rows.__setitem__(lid, torch.nonzero(o[1])[:, 1].reshape(-1, 4))
         )
         for s in filler.decoder_sites
     ]
@@ -84,4 +137,4 @@ def test_replay_then_record_agrees_fully(gpt_mtp1, glm_layout):
             h.remove()
         filler.clear()
     report = fidelity_report(records, samples, spy_rows, glm_layout)
-    assert report.overall == 1.0
+    assert report.overall == 1.0 and report.tokens_flipped == 0
