@@ -217,8 +217,8 @@ async def generate(request: Request):
 
     try:
         body = await request.json()
-    except ValueError as e:
-        return RequestError(f"request body is not valid JSON: {e}").response()
+    except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the parser's stack
+        return RequestError(f"request body is not valid JSON: {type(e).__name__}: {e}"[:300]).response()
     if not isinstance(body, dict):
         return RequestError(f"request body must be a JSON object, got {type(body).__name__}").response()
     try:
