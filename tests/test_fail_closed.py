@@ -100,17 +100,19 @@ def test_v1_completions_keep_upstreams_int32_routed_experts(url, layout):
 
 def test_v1_chat_completions_keep_upstreams_int32_routed_experts(url, layout):
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0,
-            "return_routed_experts": True}
+            "return_routed_experts": True, "return_prompt_token_ids": True, "return_token_ids": True}
     r = httpx.post(url + "/v1/chat/completions", json=body, timeout=TIMEOUT)
     assert r.status_code == 200, r.text
     out = r.json()
-    sglext = out.get("sglext") or out["choices"][0].get("sglext")
+    choice = out["choices"][0]
+    sglext = out.get("sglext") or choice.get("sglext")
     rows = upstream_rows(sglext["routed_experts"], layout)
-    T = out["usage"]["prompt_tokens"] + out["usage"]["completion_tokens"]
-    assert rows.shape[0] == T - 1
-    assert not rows[:, 0, :].any()  # the dense layer, as upstream returns it
-    moe = rows[:, list(layout.moe_layer_ids), :]
-    assert all(len(set(r)) == K for r in moe.reshape(-1, K).tolist())
+    # The chat template's rendering of the prompt, sent to /generate as ids, routes the same way.
+    prompt = choice["prompt_token_ids"]
+    ref = greedy(url, 4, input_ids=prompt, return_routed_experts=True)
+    assert ref["output_ids"] == choice["response_token_ids"]
+    np.testing.assert_array_equal(rows, upstream_rows(ref["meta_info"]["routed_experts"], layout))
+    assert rows.shape[0] == len(prompt) + len(ref["output_ids"]) - 1
 
 
 def test_staging_buffer_is_never_replaced_by_a_prefill_three_times_the_old_size(url):
