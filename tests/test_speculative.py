@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.routing_http import TIMEOUT, flush_cache, full_ids, generate, greedy, record_of
+from tests.routing_http import TIMEOUT, flush_cache, full_ids, greedy, record_of
 
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog.",

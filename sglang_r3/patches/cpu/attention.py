@@ -21,7 +21,6 @@ EAGLE/MTP worker (``eagle_worker_v2``) additionally runs
 
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 from torch.nn.functional import scaled_dot_product_attention
