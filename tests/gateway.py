@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import re
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,14 +11,13 @@ from typing import List, Optional
 
 import httpx
 
-from tests.servers import free_port
+from tests.servers import ChildProcess, free_port
 
 READY_TIMEOUT_S = 120.0
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
-class GatewayProcess:
+class GatewayProcess(ChildProcess):
     worker_urls: List[str]
     port: int = field(default_factory=free_port)
     # The router always opens a Prometheus listener (default port 29000): two gateways, or a second
@@ -36,16 +31,13 @@ class GatewayProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> "GatewayProcess":
-        fd, path = tempfile.mkstemp(prefix=f"sglang-router-{self.port}-", suffix=".log")
-        self.log_path = Path(path)
-        log = os.fdopen(fd, "w")
         cmd = [
             sys.executable, "-m", "sglang_router.launch_router",
             "--host", "127.0.0.1", "--port", str(self.port),
             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.prometheus_port),
             "--worker-urls", *self.worker_urls,
         ]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.spawn(cmd, f"sglang-router-{self.port}-")
         return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> "GatewayProcess":
@@ -65,21 +57,3 @@ class GatewayProcess:
             time.sleep(1)
         self.stop()
         raise TimeoutError(f"sglang-router not ready after {timeout:.0f}s (last /readiness: {last}):\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    def log_tail(self, n: int = 40) -> str:
-        if not self.log_path or not self.log_path.exists():
-            return ""
-        lines = _ANSI.sub("", self.log_path.read_text(errors="replace")).splitlines()
-        return "\n".join(l[:400] for l in lines[-n:])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,40 +25,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@dataclass
-class ServerProcess:
-    args: List[str]
-    env: Dict[str, str] = field(default_factory=dict)  # added to this process's environment
-    port: int = field(default_factory=free_port)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class ChildProcess:
+    """A process tree of its own (its own session, so stop() takes its children too), logging to a file."""
+
     proc: Optional[subprocess.Popen] = None
     log_path: Optional[Path] = None
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> "ServerProcess":
-        fd, path = tempfile.mkstemp(prefix=f"sglang-r3-{self.port}-", suffix=".log")
+    def spawn(self, cmd: List[str], log_prefix: str, env: Optional[Dict[str, str]] = None) -> None:
+        fd, path = tempfile.mkstemp(prefix=log_prefix, suffix=".log")
         self.log_path = Path(path)
         log = os.fdopen(fd, "w")
-        cmd = [sys.executable, "-m", "sglang_r3.launch_server", "--port", str(self.port), *self.args]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, **self.env})
-        return self
-
-    def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> "ServerProcess":
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                if httpx.get(self.url + "/health_generate", timeout=30).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(2)
-        self.stop()
-        raise TimeoutError(f"server not healthy after {timeout:.0f}s:\n{self.log_tail()}")
+                                     env={**os.environ, **(env or {})})
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -74,5 +56,37 @@ class ServerProcess:
     def log_tail(self, n: int = 60) -> str:
         if not self.log_path or not self.log_path.exists():
             return ""
-        lines = self.log_path.read_text(errors="replace").splitlines()
+        lines = _ANSI.sub("", self.log_path.read_text(errors="replace")).splitlines()
         return "\n".join(l[:400] for l in lines[-n:])
+
+
+@dataclass
+class ServerProcess(ChildProcess):
+    args: List[str]
+    env: Dict[str, str] = field(default_factory=dict)  # added to this process's environment
+    port: int = field(default_factory=free_port)
+    proc: Optional[subprocess.Popen] = None
+    log_path: Optional[Path] = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "ServerProcess":
+        cmd = [sys.executable, "-m", "sglang_r3.launch_server", "--port", str(self.port), *self.args]
+        self.spawn(cmd, f"sglang-r3-{self.port}-", self.env)
+        return self
+
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> "ServerProcess":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(self.url + "/health_generate", timeout=30).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(2)
+        self.stop()
+        raise TimeoutError(f"server not healthy after {timeout:.0f}s:\n{self.log_tail()}")
