@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
+from server import refs
 from server.schemas import CaptureModeRequest, CaptureStats, ErrorResponse, LayoutResponse, RoutingOptions
 from sglang_r3.capture.capturer import CAPTURE_MODE_CODES
 from sglang_r3.capture.transport import NATIVE_ROUTING, CapturedRouting, to_upstream_routed_experts
@@ -65,7 +66,7 @@ def current_layout() -> ModelLayout:
 
 def _default_routing() -> Any:
     value = os.environ.get("SGLANG_R3_DEFAULT_ROUTING")  # set by the launcher's --r3-default-routing
-    return {"main": True, "main+mtp": {"mtp": True}}.get(value or "")
+    return {"main": True, "main+mtp": {"mtp": True}, "ref": {"ref": True}}.get(value or "")
 
 
 def parse_routing_options(body: Dict[str, Any]) -> RoutingOptions:
@@ -78,6 +79,9 @@ def parse_routing_options(body: Dict[str, Any]) -> RoutingOptions:
         # Union members show up in loc ("return_routing", "bool"); name the request field.
         field = str(err["loc"][0]) if err["loc"] else None
         raise RequestError(f"{field}: {err['msg']} (got {err.get('input')!r})", field=field) from None
+    if opts.want_ref and not refs.configured():
+        raise RequestError("return_routing.ref needs an engine started by sglang_r3.fleet (it has no record store)",
+                           field="return_routing")
     if opts.routing_start is not None and not opts.want_routing:
         raise RequestError("routing_start needs return_routing", field="routing_start")
     if opts.want_mtp:
@@ -148,12 +152,15 @@ def attach_routing(out: Dict[str, Any], opts: RoutingOptions, layout: ModelLayou
     m = metrics()
     if opts.want_routing:
         record = record_of(captured, layout, meta, with_mtp=opts.want_mtp)
-        # msgpack: ids bit-packed at ceil(log2(num_experts)) bits ("packing" field; from_wire reads it).
-        meta["routing"] = record.to_wire(binary=binary, pack_bits=bits_for(layout.num_experts) if binary else None)
-        if m is not None:
-            form = "msgpack" if binary else "json"
-            m.records_served.labels(form=form).inc()
-            m.record_bytes.labels(form=form).inc(record.experts.nbytes)
+        if opts.want_ref:  # stored and replaced by a handle in refs.settle, before the response goes out
+            meta["routing_ref"] = refs.PendingRef(record)
+        else:
+            # msgpack: ids bit-packed at ceil(log2(num_experts)) bits ("packing" field; from_wire reads it).
+            meta["routing"] = record.to_wire(binary=binary, pack_bits=bits_for(layout.num_experts) if binary else None)
+            if m is not None:
+                form = "msgpack" if binary else "json"
+                m.records_served.labels(form=form).inc()
+                m.record_bytes.labels(form=form).inc(record.experts.nbytes)
     if opts.return_routed_experts:
         upstream = to_upstream_routed_experts(captured, layout.num_hidden_layers, layout.moe_layer_ids)
         meta["routed_experts"] = base64.b64encode(upstream.tobytes()).decode("ascii")
@@ -253,7 +260,7 @@ async def generate(request: Request):
             NATIVE_ROUTING.set(layout is not None)  # this generator's own context (Starlette iterates it)
             try:
                 async for out in tm.generate_request(obj, request):
-                    out = finish(out)
+                    out = await refs.settle(finish(out))
                     if binary:
                         yield msgpack.packb(out, use_bin_type=True, default=_msgpack_default)
                     else:
@@ -276,7 +283,7 @@ async def generate(request: Request):
         return _create_error_response(e)
     finally:
         NATIVE_ROUTING.reset(token)
-    return _respond(finish(ret), binary)
+    return _respond(await refs.settle(finish(ret)), binary)
 
 
 @router.get("/routing/layout", response_model=LayoutResponse, summary="The model's layers by role")

@@ -13,6 +13,10 @@ class RoutingSelect(BaseModel):
     model_config = ConfigDict(extra="forbid")
     main: StrictBool = Field(True, description="Main-model MoE rows (target/verify forwards).")
     mtp: StrictBool = Field(False, description="Add the MTP-draft section.")
+    ref: StrictBool = Field(
+        False, description="Store the record in this engine's record store (fleet engines) and return only a handle "
+        "in `meta_info.routing_ref`."
+    )
 
 
 class RoutingOptions(BaseModel):
@@ -38,6 +42,10 @@ class RoutingOptions(BaseModel):
     @property
     def want_mtp(self) -> bool:
         return isinstance(self.return_routing, RoutingSelect) and self.return_routing.mtp
+
+    @property
+    def want_ref(self) -> bool:
+        return isinstance(self.return_routing, RoutingSelect) and self.return_routing.ref
 
     @property
     def any(self) -> bool:
@@ -93,7 +101,7 @@ class RoutingRecordSchema(BaseModel):
 class RoutingErrorSchema(BaseModel):
     """``meta_info.routing_error``: present instead of ``routing`` when some rows were never captured."""
 
-    code: Literal["missing_rows", "capture_off"]
+    code: Literal["missing_rows", "capture_off", "store_full", "store_unavailable", "engine_restarted", "duplicate"]
     message: str
     missing_rows: int
     rows: int

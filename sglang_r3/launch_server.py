@@ -18,7 +18,7 @@ logger = logging.getLogger("sglang_r3")
 ENABLE_ENV = "SGLANG_R3_ENABLED"
 DEFAULT_ROUTING_ENV = "SGLANG_R3_DEFAULT_ROUTING"
 DEFAULT_ROUTING_FLAG = "--r3-default-routing"
-DEFAULT_ROUTING_CHOICES = ("main", "main+mtp")
+DEFAULT_ROUTING_CHOICES = ("main", "main+mtp", "ref")  # ref: a handle into the fleet's record store
 
 
 def pop_default_routing(argv: Sequence[str]) -> tuple:

@@ -1,0 +1,79 @@
+"""The small handle a response carries instead of a routing record, and the errors of resolving one.
+
+Trainer-side and Ray-free: a handle is plain data (it travels in HTTP bodies and through the
+gateway as JSON). It *names* a record -- which store holds it, which engine and which incarnation
+(restart generation) of that engine produced it, the request id -- and repeats the identity fields of
+the record (start, rows, weight version, token digest) so a trainer can check a sample before
+fetching and the store can refuse a record that does not match what the handle promised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Optional
+
+from sglang_r3.record import RecordError
+
+# The engine actor (fleet/engine.py) tells its launcher's HTTP process (server/refs.py) where its
+# record store is and which engine incarnation it is, through these environment variables.
+STORE_ENV = "SGLANG_R3_RECORD_STORE"
+NAMESPACE_ENV = "SGLANG_R3_RAY_NAMESPACE"
+ENGINE_ENV = "SGLANG_R3_ENGINE_ID"
+INCARNATION_ENV = "SGLANG_R3_ENGINE_INCARNATION"
+RAY_ADDRESS_ENV = "SGLANG_R3_RAY_ADDRESS"
+
+NAMESPACE = "sglang_r3"  # Ray namespace of every fleet's named actors
+
+
+class RecordUnavailableError(RecordError):
+    """A handle that cannot be resolved: its engine incarnation died, it was fetched, expired, or
+    the store is gone. ``code`` is one of HANDLE_CODES; the message names the engine and request."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+HANDLE_CODES = ("engine_restarted", "released", "unknown", "mismatch", "wrong_store", "store_gone")
+
+
+@dataclass(frozen=True)
+class RecordHandle:
+    store: str  # Ray actor name of the engine's record store (in `namespace`)
+    namespace: str
+    engine: str  # engine id, unique per fleet ("<fleet>-e<i>")
+    incarnation: int  # restart generation of that engine; a restart makes every older handle fail
+    rid: str  # SGLang request id (meta_info.id)
+    start: int
+    num_tokens: int
+    weight_version: Optional[str] = None
+    tokens_digest: Optional[str] = None
+
+    def to_wire(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, d: Any) -> "RecordHandle":
+        if isinstance(d, RecordHandle):
+            return d
+        if isinstance(d, Mapping) and "routing_ref" in d:  # a whole meta_info
+            d = d["routing_ref"]
+        if isinstance(d, Mapping) and isinstance(d.get("meta_info"), Mapping):  # a whole /generate output
+            return cls.from_wire(d["meta_info"])
+        if not isinstance(d, Mapping):
+            raise RecordError(f"a routing handle must be an object, got {type(d).__name__}")
+        try:
+            return cls(
+                store=str(d["store"]), namespace=str(d["namespace"]), engine=str(d["engine"]),
+                incarnation=int(d["incarnation"]), rid=str(d["rid"]), start=int(d["start"]),
+                num_tokens=int(d["num_tokens"]),
+                weight_version=None if d.get("weight_version") is None else str(d["weight_version"]),
+                tokens_digest=None if d.get("tokens_digest") is None else str(d["tokens_digest"]),
+            )
+        except KeyError as e:
+            raise RecordError(f"routing handle is missing field {e}") from None
+        except (TypeError, ValueError) as e:
+            raise RecordError(f"routing handle has a field of the wrong type: {e}") from None
+
+    def describe(self) -> str:
+        return f"request {self.rid} of engine {self.engine} (incarnation {self.incarnation})"
