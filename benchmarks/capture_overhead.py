@@ -1,4 +1,10 @@
-"""Capture overhead on a real server: the same decode requests with capture off / main / main+mtp.
+"""Capture overhead on real servers.
+
+``measure_vs_plain`` (the key, run by benchmarks/run.py): ours against SGLang without R3
+(benchmarks/plain_server.py), prefill- and decode-heavy batches of distinct prompts; see its docstring.
+
+``measure`` (kept for comparing capture modes inside one server): the same decode requests with capture
+off / main / main+mtp.
 
 The mode is switched inside one server process with ``POST /routing/capture`` (so the pair compared
 shares one process start, one model load and one KV cache). Rounds are interleaved (each round runs
@@ -26,7 +32,7 @@ def server_processes(url: str) -> List[psutil.Process]:
     port = url.rstrip("/").rsplit(":", 1)[-1]
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []
-        if "sglang_r3.launch_server" in cmd and "--port" in cmd and cmd[cmd.index("--port") + 1 : cmd.index("--port") + 2] == [port]:
+        if ("sglang_r3.launch_server" in cmd or "benchmarks.plain_server" in cmd) and "--port" in cmd and cmd[cmd.index("--port") + 1 : cmd.index("--port") + 2] == [port]:
             return [p, *p.children(recursive=True)]
     return []
 
@@ -148,3 +154,103 @@ def measure(
         "main_rows_written": rows_written,
         "draft_entries": draft_entries,
     }
+
+
+# -- against a server without R3 -----------------------------------------------------------------------------
+
+WORKLOADS = {
+    # name: (batch, prompt characters = tokens with the embedded byte tokenizer, max_new_tokens)
+    "prefill_heavy": (16, 512, 4),
+    "decode_heavy": (16, 24, 64),
+}
+WORKLOADS_QUICK = {"prefill_heavy": (16, 256, 2), "decode_heavy": (16, 16, 24)}
+_WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
+          "quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
+
+
+def distinct_prompts(seed: int, n: int, chars: int) -> List[str]:
+    """n prompts no earlier request shares a prefix with (the prefix cache never serves them)."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        words = [f"{seed}-{i}"]
+        while sum(len(w) + 1 for w in words) < chars:
+            words.append(rng.choice(_WORDS))
+        out.append(" ".join(words)[:chars])
+    return out
+
+
+def measure_vs_plain(
+    plain_url: str,
+    r3_url: str,
+    workloads: Dict[str, tuple] = WORKLOADS,
+    min_rounds: int = 4,
+    max_rounds: int = 40,
+    budget_s: float = 300.0,
+) -> Dict[str, Any]:
+    """Interleaved rounds: each round sends every workload to each side with fresh distinct prompts (same
+    prompts on every side of the round), one side at a time (the idle server sleeps: --sleep-on-idle).
+    Sides: ``plain`` (SGLang without R3, no routing asked), ``main`` (ours, ``return_routing: true``) and
+    ``main+mtp`` (ours, ``return_routing: {"mtp": true}``); ours runs as shipped (default capture mode).
+    Ratio per round and workload: server CPU seconds of ours / plain; key: median with bootstrap 95% CI."""
+    from benchmarks.stats import bootstrap_ci, ratio_ci
+
+    # "main@mode=main": the same main request with the server's capture mode switched to "main" (no MTP
+    # capture) for that request only: what a main request costs once MTP capture is per request.
+    sides = {"plain": (plain_url, None), "main": (r3_url, True), "main+mtp": (r3_url, {"mtp": True}),
+             "main@mode=main": (r3_url, True)}
+    procs = {u: server_processes(u) for u in {plain_url, r3_url}}
+    cpu = {w: {s: [] for s in sides} for w in workloads}
+    wall = {w: {s: [] for s in sides} for w in workloads}
+    clients = {u: httpx.Client(base_url=u, timeout=900) for u in procs}
+    t_start, rnd = time.monotonic(), -1  # round -1: warm-up, dropped
+    names = list(sides)
+    try:
+        while True:
+            for w, (batch, chars, new) in workloads.items():
+                prompts = distinct_prompts(1000 * (rnd + 2) + len(w), batch, chars)
+                order = names[max(rnd, 0) % len(names):] + names[: max(rnd, 0) % len(names)]
+                for side in order:
+                    url, routing = sides[side]
+                    body = {"text": prompts, "sampling_params": {"temperature": 0, "max_new_tokens": new, "ignore_eos": True}}
+                    if routing is not None:
+                        body["return_routing"] = routing
+                    # the same prompts (and lengths) on every side, but no side may hit a cache another filled
+                    body["text"] = [f"{names.index(side)}|{p}" for p in prompts]
+                    if side == "main@mode=main":
+                        _set_mode(clients[url], "main")
+                    c0, t0 = _cpu_seconds(procs[url]), time.perf_counter()
+                    r = clients[url].post("/generate", json=body)
+                    dt, dc = time.perf_counter() - t0, _cpu_seconds(procs[url]) - c0
+                    if side == "main@mode=main":
+                        _set_mode(clients[url], "main+mtp")  # the server's default
+                    r.raise_for_status()
+                    out = r.json()
+                    if routing is not None:
+                        assert all("routing" in o["meta_info"] for o in out), "a routed request came back without routing"
+                    if rnd >= 0:
+                        cpu[w][side].append(dc)
+                        wall[w][side].append(dt)
+            rnd += 1
+            if rnd >= max_rounds or (rnd >= min_rounds and time.monotonic() - t_start > budget_s):
+                break
+    finally:
+        for c in clients.values():
+            c.close()
+    res: Dict[str, Any] = {"rounds": rnd, "workloads": {k: dict(zip(("batch", "prompt_tokens", "max_new_tokens"), v)) for k, v in workloads.items()}}
+    for w in workloads:
+        res[w] = {
+            "cpu_s": {s: {k: round(v, 4) for k, v in bootstrap_ci(cpu[w][s]).items() if k != "n"} for s in sides},
+            "wall_s": {s: {k: round(v, 4) for k, v in bootstrap_ci(wall[w][s]).items() if k != "n"} for s in sides},
+            "cpu_ratio": {s: ratio_ci(cpu[w][s], cpu[w]["plain"]) for s in sides if s != "plain"},
+            "wall_ratio": {s: ratio_ci(wall[w][s], wall[w]["plain"]) for s in sides if s != "plain"},
+        }
+    # Both workloads pooled: one ratio per (round, workload)
+    for s in [x for x in sides if x != "plain"]:
+        num = [x for w in workloads for x in cpu[w][s]]
+        den = [x for w in workloads for x in cpu[w]["plain"]]
+        ci = ratio_ci(num, den)
+        res[f"pooled_cpu_ratio_{s}"] = ci
+    return res

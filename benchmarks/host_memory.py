@@ -7,7 +7,6 @@ slot. The capturer keeps only main MoE layers in uint8/int16. The MTP side keeps
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Dict, List, Optional
 
 import httpx
@@ -51,17 +50,19 @@ def draft_bytes_per_entry(layout: ModelLayout, requests: int = 8, rounds: int = 
             )
         draft.resolve_round(list(range(requests)), [1] * requests)
         pos += 1
-    held = [c for chunks in draft._by_req.values() for c in chunks]
-    entries = sum(len(c.positions) for c in held)
-    arrays = sum(getattr(c, f).nbytes for c in held for f in ("positions", "tokens", "experts", "accepted"))
-    objects = sum(sys.getsizeof(c) + sys.getsizeof(c.__dict__) if hasattr(c, "__dict__") else sys.getsizeof(c) for c in held)
-    objects += sum(sys.getsizeof(getattr(c, f)) - getattr(c, f).nbytes for c in held for f in ("positions", "tokens", "experts", "accepted"))
+    held = draft.held_bytes()
+    entries = held["entries"]
+    array_bytes = sum(np.dtype(d).itemsize for d in ("i4", "i4", "u1", "u1", "i4", "?")) + layout.topk * (
+        1 if dtype == torch.uint8 else 2
+    )
     return {
         "entries": entries,
-        "array_bytes_per_entry": round(arrays / entries, 2),
-        "total_bytes_per_entry_one_entry_chunks": round((arrays + objects) / entries, 2),
-        "note": "arrays: positions+tokens int32, experts topk ids, accepted bool; total adds numpy/python object "
-        "overhead of one chunk per request per draft forward (decode steps file one entry per request)",
+        "requests": requests,
+        "array_bytes_per_entry": array_bytes,
+        "total_bytes_per_entry": round(held["bytes"] / entries, 2),
+        "note": "DraftCapturer.held_bytes(): column capacity (grown 1.5x per request) plus numpy and Python "
+        "object headers, divided by live entries; array_bytes_per_entry: positions, tokens, round int32; "
+        "depth, step uint8; accepted bool; topk ids",
     }
 
 

@@ -1,9 +1,11 @@
 """``python -m benchmarks.run [--quick]``: all sglang-r3 benchmarks in one run -> results/latest.json + a table.
 
-Two real servers (embedded model, speculation on and off) start first, in parallel; the CPU-only
-benchmarks (wire size on real model shapes, decode+bind, host memory) run while they load; then the
-server benchmarks (capture overhead by runtime mode toggle, live wire bytes, live host memory).
-Pass ``--spec-url``/``--nospec-url`` to use servers that are already running.
+Two real servers with MTP speculation start first, in parallel: ours and SGLang without R3
+(benchmarks/plain_server.py). The in-process benchmarks (host memory, capture hot path, wire size,
+decode+bind vs slime, response building) run while they load; then capture overhead (the two servers
+measured one at a time, interleaved), live wire bytes and live host memory. The soak's RSS growth is read
+from results/soak.json (``python -m benchmarks.soak`` writes it). Pass ``--r3-url``/``--plain-url`` to use
+servers that are already running.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import platform
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -24,11 +25,16 @@ RESULTS = HERE / "results" / "latest.json"
 
 # key -> (goal text, predicate)
 GOALS = {
-    "capture_overhead_ratio": ("<= 1.03", lambda v: v <= 1.03),
-    "capture_overhead_ratio_wall": ("<= 1.03", lambda v: v <= 1.03),
-    "record_size_ratio_vs_upstream": (">= 5", lambda v: v >= 5),
-    "record_size_vs_bound": ("<= 1.15", lambda v: v <= 1.15),
+    "mtp_bytes_per_draft_entry": ("<= 64", lambda v: v <= 64),
+    "capture_us_per_forward_worst_ratio": ("<= 1 (ours / upstream, every size)", lambda v: v <= 1.0),
     "decode_bind_speedup_vs_slime": (">= 3", lambda v: v >= 3),
+    "decode_bind_speedup_vs_slime_msgpack": (">= 5", lambda v: v >= 5),
+    "record_size_vs_fixed_width_bound": ("<= 1.02", lambda v: v <= 1.02),
+    "response_build_ms_per_1k_tokens": ("<= 2", lambda v: v <= 2),
+    "event_loop_stall_p99_ms": ("<= 50", lambda v: v <= 50),
+    "capture_overhead_ratio": ("<= 1.03", lambda v: v <= 1.03),
+    "capture_overhead_ci_halfwidth": ("<= 0.02", lambda v: v <= 0.02),
+    "soak_rss_growth_mb": ("<= 5", lambda v: v <= 5),
 }
 
 LONG_PROMPT = " ".join(["The quick brown fox jumps over the lazy dog."] * 30)
@@ -63,15 +69,23 @@ def machine() -> Dict[str, Any]:
 
 
 def start_servers(args) -> Tuple[Dict[str, str], List[Any]]:
+    """Ours (``python -m sglang_r3.launch_server``) and the baseline without R3 (``python -m
+    benchmarks.plain_server``, same resolved flags), both with MTP speculation. They load together; they are
+    measured one at a time (the idle one sleeps: --sleep-on-idle)."""
     from tests.servers import ServerProcess
 
+    class PlainServer(ServerProcess):
+        def start(self):
+            cmd = [sys.executable, "-m", "benchmarks.plain_server", "--port", str(self.port), *self.args]
+            self.spawn(cmd, f"sglang-plain-{self.port}-", self.env)
+            return self
+
     urls, procs = {}, []
-    for name, url, flags in (("spec", args.spec_url, []), ("nospec", args.nospec_url, ["--disable-speculation"])):
+    for name, url, cls in (("r3", args.r3_url, ServerProcess), ("plain", args.plain_url, PlainServer)):
         if url:
             urls[name] = url.rstrip("/")
         else:
-            p = ServerProcess(flags).start()
-            procs.append((name, p))
+            procs.append((name, cls([]).start()))
     return urls, procs
 
 
@@ -85,78 +99,91 @@ def step(log: Dict[str, float], name: str, fn, *a, **kw):
 
 
 def run(args) -> Dict[str, Any]:
-    from benchmarks import capture_overhead, decode_bind, host_memory, wire_size
+    from benchmarks import capture_overhead, capture_path, decode_bind, host_memory, response_build, wire_size
 
     t0 = time.monotonic()
     res: Dict[str, Any] = {"quick": args.quick, "machine": machine()}
     timings: Dict[str, float] = {}
+    load: Dict[str, List[float]] = {}
+
+    def timed(name, fn, *a, **kw):
+        load[name] = [round(x, 2) for x in os.getloadavg()]
+        return step(timings, name, fn, *a, **kw)
+
     urls, procs = ({}, []) if args.no_servers else start_servers(args)
     try:
         decode_bind.keep_freed_memory()
-        res["wire_size"] = step(timings, "wire_size (synthetic, real shapes)", wire_size.synthetic, 4096)
-        res["host_memory"] = {"shapes": step(timings, "host_memory (real shapes)", host_memory.for_shapes)}
-        res["decode_bind"] = step(
-            timings, "decode_bind (32k tokens, GLM-4.5)", decode_bind.run, 32768, 3 if args.quick else 7
-        )
+        # In-process parts first (the servers load meanwhile; their start-up is not timed).
+        res["host_memory"] = {"shapes": timed("host_memory (real shapes)", host_memory.for_shapes)}
+        res["capture_path"] = timed("capture_path (GLM-4.5, 1/32/256/8192 tokens)", capture_path.measure,
+                                    repeats=9 if args.quick else 30)
+        res["wire_size"] = timed("wire_size (synthetic, real shapes)", wire_size.synthetic, 4096)
+        res["decode_bind"] = timed("decode_bind (64 mixed + one 32k sample; GLM-4.5, Qwen3-30B-A3B)", decode_bind.run,
+                                   repeats=3 if args.quick else 9)
+        res["response_build"] = timed("response_build (32k record; 64 x 4k stall)", response_build.run, quick=args.quick)
         for name, p in procs:
-            step(timings, f"wait for server {name}", p.wait_ready)
+            timed(f"wait for server {name}", p.wait_ready)
             urls[name] = p.url
-        if urls:
-            # Both servers measured at once (each compares modes within its own process; the CPU-time
-            # figure does not count waiting for a core), so a quick run gets more rounds.
-            budget, batch, tokens = (60.0, 2, 16) if args.quick else (300.0, 4, 64)
-            jobs = {
-                "speculation_on": ("spec", ("off", "main", "main+mtp")),
-                "speculation_off": ("nospec", ("off", "main")),
-            }
-            with ThreadPoolExecutor(2) as pool:
-                futs = {
-                    k: pool.submit(capture_overhead.measure, urls[srv], modes, batch, tokens, 3, 60, budget)
-                    for k, (srv, modes) in jobs.items()
-                    if srv in urls
-                }
-                cap = step(timings, "capture_overhead (both servers)", lambda: {k: f.result() for k, f in futs.items()})
-            res["capture_overhead"] = cap
-            live_url = urls.get("spec") or urls.get("nospec")
-            res["wire_size"]["live_embedded_server"] = step(
-                timings, "wire_size (live server)", wire_size.measure_live, live_url, [LONG_PROMPT, LONG_PROMPT[7:]], 8
+        if "r3" in urls and "plain" in urls:
+            wl = capture_overhead.WORKLOADS_QUICK if args.quick else capture_overhead.WORKLOADS
+            res["capture_overhead"] = timed(
+                "capture_overhead (ours vs SGLang without R3, interleaved)", capture_overhead.measure_vs_plain,
+                urls["plain"], urls["r3"], wl, min_rounds=4, max_rounds=60, budget_s=150.0 if args.quick else 900.0,
             )
-            res["host_memory"]["live"] = {n: host_memory.live(u) for n, u in urls.items()}
+        if "r3" in urls:
+            res["wire_size"]["live_embedded_server"] = timed(
+                "wire_size (live server)", wire_size.measure_live, urls["r3"], [LONG_PROMPT, LONG_PROMPT[7:]], 8
+            )
+            res["host_memory"]["live"] = host_memory.live(urls["r3"])
     finally:
         for _, p in procs:
             p.stop()
+    soak_path = HERE / "results" / "soak.json"
+    res["soak"] = json.loads(soak_path.read_text()) if soak_path.exists() else None
 
-    def overhead(server: str, mode: str, clock: str) -> Optional[float]:
-        c = res.get("capture_overhead", {}).get(server) or {}
-        if clock == "cpu" and c.get("cpu_ratio_vs_off") is None:
-            clock = "wall"  # server pids not found: wall time only
-        return ((c.get("cpu_ratio_vs_off") if clock == "cpu" else c.get("ratio_vs_off")) or {}).get(mode)
-
+    glm_mtp = res["host_memory"]["shapes"]["GLM-4.5"]["mtp"]
+    cap = res.get("capture_overhead") or {}
+    pooled = cap.get("pooled_cpu_ratio_main") or {}
+    ws = res["wire_size"]
+    rb = res["response_build"]
+    db = res["decode_bind"]
+    cp = res["capture_path"]
     res["keys"] = {
-        # server CPU seconds per request, capture on / off (see capture_overhead.py); wall time next to it
-        "capture_overhead_ratio": overhead("speculation_on", "main", "cpu"),
-        "capture_overhead_ratio_min_max": (res.get("capture_overhead", {}).get("speculation_on") or {}).get("cpu_ratio_min_max", {}).get("main")
-        if res.get("capture_overhead", {}).get("speculation_on", {}).get("cpu_ratio_min_max") else None,
-        "capture_overhead_ratio_wall": overhead("speculation_on", "main", "wall"),
-        "capture_overhead_ratio_mtp": overhead("speculation_on", "main+mtp", "cpu"),
-        "capture_overhead_ratio_mtp_wall": overhead("speculation_on", "main+mtp", "wall"),
-        "capture_overhead_ratio_nospec": overhead("speculation_off", "main", "cpu"),
-        "capture_overhead_ratio_nospec_wall": overhead("speculation_off", "main", "wall"),
-        "record_size_ratio_vs_upstream": res["wire_size"]["record_size_ratio_vs_upstream"],
-        "record_size_ratio_vs_upstream_json": res["wire_size"]["record_size_ratio_vs_upstream_json"],
-        "record_size_vs_bound": res["wire_size"]["record_size_vs_bound"],
-        "record_size_vs_bound_json": res["wire_size"]["record_size_vs_bound_json"],
-        "decode_bind_speedup_vs_slime": res["decode_bind"]["decode_bind_speedup_vs_slime"],
-        "decode_bind_speedup_vs_slime_msgpack": res["decode_bind"]["decode_bind_speedup_vs_slime_msgpack"],
-        "host_bytes_per_slot_glm45": res["host_memory"]["shapes"]["GLM-4.5"]["main_bytes_per_slot"],
-        "host_upstream_over_ours_glm45": res["host_memory"]["shapes"]["GLM-4.5"]["upstream_over_ours"],
-        "mtp_bytes_per_draft_entry_glm45": res["host_memory"]["shapes"]["GLM-4.5"]["mtp"]["total_bytes_per_entry_one_entry_chunks"],
+        "mtp_bytes_per_draft_entry": glm_mtp["total_bytes_per_entry"],
+        "capture_us_per_forward": {n: v["ours_us"]["value"] for n, v in cp["sizes"].items()},
+        "capture_us_per_forward_upstream": {n: v["upstream_us"]["value"] for n, v in cp["sizes"].items()},
+        "capture_us_per_forward_worst_ratio": cp["worst_ours_over_upstream"],
+        "capture_us_per_forward_worst_ratio_proposed_patch": cp["worst_proposed_over_upstream"],
+        "decode_bind_speedup_vs_slime": db["decode_bind_speedup_vs_slime"],
+        "decode_bind_speedup_vs_slime_msgpack": db["decode_bind_speedup_vs_slime_msgpack"],
+        "decode_bind_speedup_vs_slime_proposed_adapter": db["decode_bind_speedup_vs_slime_proposed_adapter"],
+        "decode_bind_speedup_vs_slime_msgpack_proposed_adapter": db["decode_bind_speedup_vs_slime_msgpack_proposed_adapter"],
+        "record_size_ratio_vs_upstream": ws["record_size_ratio_vs_upstream"],
+        "record_size_ratio_same_transport": ws["record_size_ratio_same_transport"],
+        "record_size_vs_fixed_width_bound": max(ws["record_size_vs_fixed_width_bound"].values()),
+        "record_size_vs_fixed_width_bound_per_shape": ws["record_size_vs_fixed_width_bound"],
+        "record_size_vs_ordered_topk_bound": ws["record_size_vs_bound"],
+        "response_build_ms_per_1k_tokens": rb["response_build_ms_per_1k_tokens"],
+        "response_build_ms_per_1k_tokens_msgpack": rb["response_build_ms_per_1k_tokens_msgpack"],
+        "response_build_ms_per_1k_tokens_upstream": rb["response_build_ms_per_1k_tokens_upstream"],
+        "response_build_ms_per_1k_tokens_proposed": rb["build"]["ms_per_1k_tokens"]["ours_json_proposed"]["value"],
+        "event_loop_stall_p99_ms": rb["event_loop_stall_p99_ms"],
+        "event_loop_stall_p99_ms_proposed": rb["stall"]["json_proposed"]["stall_p99_ms"],
+        "capture_overhead_ratio": pooled.get("value"),
+        "capture_overhead_ci": [pooled.get("lo"), pooled.get("hi")] if pooled else None,
+        "capture_overhead_ci_halfwidth": round((pooled["hi"] - pooled["lo"]) / 2, 4) if pooled else None,
+        "capture_overhead_ratio_mtp": (cap.get("pooled_cpu_ratio_main+mtp") or {}).get("value"),
+        "capture_overhead_ratio_main_capture_mode_main": (cap.get("pooled_cpu_ratio_main@mode=main") or {}).get("value"),
+        "capture_overhead_ratio_prefill_heavy": ((cap.get("prefill_heavy") or {}).get("cpu_ratio") or {}).get("main"),
+        "capture_overhead_ratio_decode_heavy": ((cap.get("decode_heavy") or {}).get("cpu_ratio") or {}).get("main"),
+        "soak_rss_growth_mb": round(res["soak"]["rss_growth_mb"], 2) if res["soak"] else None,
     }
     res["goals"] = {
         k: {"goal": g, "value": res["keys"][k], "met": (None if res["keys"][k] is None else bool(ok(res["keys"][k])))}
         for k, (g, ok) in GOALS.items()
     }
     res["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    res["load_avg_per_step"] = load
     res["step_seconds"] = timings
     res["total_seconds"] = round(time.monotonic() - t0, 1)
     return res
@@ -166,7 +193,7 @@ def table(res: Dict[str, Any]) -> str:
     rows = [("key", "value", "goal", "met")]
     for k, v in res["keys"].items():
         g = res["goals"].get(k)
-        rows.append((k, "-" if v is None else str(v), g["goal"] if g else "", ("yes" if g["met"] else "NO") if g and g["met"] is not None else ""))
+        rows.append((k, "-" if v is None else json.dumps(v), g["goal"] if g else "", ("yes" if g["met"] else "NO") if g and g["met"] is not None else ""))
     ws = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = [" | ".join(c.ljust(w) for c, w in zip(r, ws)) for r in rows]
     lines.insert(1, "-+-".join("-" * w for w in ws))
@@ -179,8 +206,8 @@ def table(res: Dict[str, Any]) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repeats/rounds (about 5 minutes on 2 cores)")
-    ap.add_argument("--spec-url", help="use this running server (speculation on) instead of starting one")
-    ap.add_argument("--nospec-url", help="use this running server (speculation off) instead of starting one")
+    ap.add_argument("--r3-url", help="use this running sglang-r3 server (MTP speculation on) instead of starting one")
+    ap.add_argument("--plain-url", help="use this running `python -m benchmarks.plain_server` instead of starting one")
     ap.add_argument("--no-servers", action="store_true", help="CPU-only benchmarks; no server measurements")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)

@@ -8,6 +8,7 @@ bit-packed record). ``measure_live`` does the same against a running server, fro
 from __future__ import annotations
 
 import base64
+import dataclasses
 from typing import Any, Dict, List
 
 import httpx
@@ -29,7 +30,10 @@ def _msgpack(meta: Dict[str, Any]) -> int:
 
 
 def shape_sizes(shape: Shape, rows: int) -> Dict[str, Any]:
-    rec = synthetic_record(shape, rows, seed=hash(shape.name) & 0xFFFF)
+    # Identity fields as the server's records carry them (a 32-hex digest, SGLang's default weight version).
+    rec = dataclasses.replace(
+        synthetic_record(shape, rows, seed=hash(shape.name) & 0xFFFF), tokens_digest="0" * 32, weight_version="default"
+    )
     bits = bits_for(shape.num_experts)
     packed = rec.to_wire(binary=True, pack_bits=bits)
     # what the server's msgpack path sends must decode back to the same ids
@@ -40,7 +44,10 @@ def shape_sizes(shape: Shape, rows: int) -> Dict[str, Any]:
     ours_bin_unpacked = per_tok(_msgpack({"routing": rec.to_wire(binary=True)}))
     ours_bin = per_tok(_msgpack({"routing": packed}))
     upstream_json = per_tok(_json({"routed_experts": up}))
+    # Upstream's array in a binary transport (what SGLang would send if its /generate spoke msgpack): raw int32.
+    upstream_bin = per_tok(_msgpack({"routed_experts": upstream_routed_experts(rec, shape).tobytes()}))
     bound = shape.num_moe * shape.bound_bits_per_layer_token() / 8
+    fixed_width = shape.num_moe * shape.topk * bits / 8  # every id at ceil(log2 E) bits, nothing else
     return {
         "shape": f"{shape.num_hidden_layers}L/{shape.first_dense}dense/{shape.num_experts}E/top{shape.topk}",
         "rows": rows,
@@ -49,7 +56,13 @@ def shape_sizes(shape: Shape, rows: int) -> Dict[str, Any]:
         "ours_json_bytes_per_token": round(ours_json, 2),
         "ours_msgpack_unpacked_bytes_per_token": round(ours_bin_unpacked, 2),
         "ours_msgpack_bytes_per_token": round(ours_bin, 2),
+        "upstream_msgpack_bytes_per_token": round(upstream_bin, 2),
         "bound_bytes_per_token": round(bound, 2),
+        "fixed_width_bytes_per_token": round(fixed_width, 2),
+        "upstream_over_ours_binary": round(upstream_bin / ours_bin, 3),
+        "ours_msgpack_over_fixed_width": round(ours_bin / fixed_width, 4),
+        "ours_json_over_fixed_width": round(ours_json / fixed_width, 4),
+        "record_overhead_bytes_msgpack": round((ours_bin - fixed_width) * rows, 1),
         "upstream_over_ours_json": round(upstream_json / ours_json, 3),
         "upstream_over_ours_msgpack": round(upstream_json / ours_bin, 3),
         "ours_json_over_bound": round(ours_json / bound, 4),
@@ -57,11 +70,18 @@ def shape_sizes(shape: Shape, rows: int) -> Dict[str, Any]:
     }
 
 
-def synthetic(rows: int = 4096) -> Dict[str, Any]:
+def synthetic(rows: int = 4096, short_rows=(64, 512)) -> Dict[str, Any]:
     per_shape = {s.name: shape_sizes(s, rows) for s in SHAPES}
+    short = {n: {s.name: shape_sizes(s, n)["ours_msgpack_over_fixed_width"] for s in SHAPES} for n in short_rows}
     glm = per_shape[GLM45.name]
     return {
         "per_shape": per_shape,
+        "ours_msgpack_over_fixed_width_short_records": short,
+        "record_size_ratio_same_transport": {
+            "json_over_json": glm["upstream_over_ours_json"],
+            "binary_over_binary": glm["upstream_over_ours_binary"],
+        },
+        "record_size_vs_fixed_width_bound": {k: v["ours_msgpack_over_fixed_width"] for k, v in per_shape.items()},
         "record_size_ratio_vs_upstream": glm["upstream_over_ours_msgpack"],
         "record_size_ratio_vs_upstream_json": glm["upstream_over_ours_json"],
         "record_size_vs_bound": max(v["ours_msgpack_over_bound"] for v in per_shape.values()),

@@ -9,13 +9,13 @@ msgpack and the routing arrays are raw bytes.
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 from functools import lru_cache
 from typing import Any, Dict, List, Optional
 
 import msgpack
+import pybase64
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
@@ -132,7 +132,24 @@ def rewrite_body(body: Dict[str, Any], opts: RoutingOptions) -> Dict[str, Any]:
                 )
     body["return_routed_experts"] = True
     body["routed_experts_start_len"] = start
+    if opts.want_mtp:
+        # The scheduler files MTP-draft routing only for requests that ask for it; the wish reaches it in
+        # sampling_params.custom_params, the per-request carrier SGLang itself uses for its own keys.
+        body["sampling_params"] = _with_mtp_marker(body.get("sampling_params"), body)
     return body
+
+
+def _with_mtp_marker(sp: Any, body: Dict[str, Any]) -> Any:
+    from sglang_r3.capture.draft import MTP_WANTED_KEY
+
+    def mark(one: Any) -> Dict[str, Any]:
+        one = dict(one or {})
+        one["custom_params"] = {**(one.get("custom_params") or {}), MTP_WANTED_KEY: True}
+        return one
+
+    if isinstance(sp, list):
+        return [mark(x) for x in sp]
+    return mark(sp)
 
 
 # ---------------------------------------------------------------------------
@@ -163,7 +180,7 @@ def attach_routing(out: Dict[str, Any], opts: RoutingOptions, layout: ModelLayou
                 m.record_bytes.labels(form=form).inc(record.experts.nbytes)
     if opts.return_routed_experts:
         upstream = to_upstream_routed_experts(captured, layout.num_hidden_layers, layout.moe_layer_ids)
-        meta["routed_experts"] = base64.b64encode(upstream.tobytes()).decode("ascii")
+        meta["routed_experts"] = pybase64.b64encode(upstream.tobytes()).decode("ascii")
         if m is not None:
             m.records_served.labels(form="upstream").inc()
             m.record_bytes.labels(form="upstream").inc(upstream.nbytes)

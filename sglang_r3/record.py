@@ -97,10 +97,41 @@ def pack_ids(ids: np.ndarray, bits: int) -> bytes:
         raise RecordError(f"expert id {int(flat.max())} does not fit in {bits} bits")
     if bits == width:
         return flat.astype(flat.dtype.newbyteorder(">"), copy=False).tobytes()
+    if bits < 8:
+        return _pack_groups(flat, bits)
     # Flat unpack/pack (no per-row axis loops): [n, width] bit matrix, keep the low `bits` columns.
     big = flat.astype(flat.dtype.newbyteorder(">"), copy=False).view(np.uint8)
     bitmat = np.unpackbits(big).reshape(flat.size, width)[:, width - bits :]
     return np.packbits(bitmat.reshape(-1)).tobytes()
+
+
+# Ids per block of the grouped (un)packers (8 ids of b < 8 bits are exactly b bytes): blocks of 1M ids
+# keep each column's temporaries cache-sized.
+_GROUP_BLOCK = 1 << 20
+
+
+def _pack_groups(flat: np.ndarray, bits: int) -> bytes:
+    """pack_ids for bits < 8: every 8 ids fill exactly ``bits`` bytes; id j lands in bytes (k, k+1) at
+    k = j*bits // 8, placed there with one 16-bit shift (the same stream as the bit matrix, no bit matrix)."""
+    n = flat.size
+    groups = -(-n // 8)
+    ids = flat
+    if n < groups * 8:  # the last group's missing ids are zero bits
+        ids = np.zeros(groups * 8, dtype=flat.dtype)
+        ids[:n] = flat
+    ids = ids.reshape(groups, 8)
+    out = np.zeros((groups, bits + 1), dtype=np.uint8)  # +1: spill column of the last id, always 0
+    step = _GROUP_BLOCK // 8
+    v = np.empty(min(groups, step), dtype=np.uint16)
+    for g0 in range(0, groups, step):
+        g1 = min(groups, g0 + step)
+        vv = v[: g1 - g0]
+        for j in range(8):
+            k, off = divmod(j * bits, 8)
+            np.left_shift(ids[g0:g1, j], 16 - off - bits, out=vv, dtype=np.uint16)
+            out[g0:g1, k] |= (vv >> 8).astype(np.uint8)
+            out[g0:g1, k + 1] |= (vv & 0xFF).astype(np.uint8)
+    return out[:, :bits].reshape(-1)[: (n * bits + 7) // 8].tobytes()
 
 
 def unpack_ids(raw: bytes, count: int, bits: int, dtype, field: str = "experts") -> np.ndarray:
@@ -115,9 +146,34 @@ def unpack_ids(raw: bytes, count: int, bits: int, dtype, field: str = "experts")
     src = np.frombuffer(raw, dtype=np.uint8)
     if bits == width:
         return src.view(dt.newbyteorder(">")).astype(dt)
+    if bits < 8:
+        return _unpack_groups(src, count, bits).astype(dt, copy=False)
     bitmat = np.zeros((count, width), dtype=np.uint8)
     bitmat[:, width - bits :] = np.unpackbits(src, count=count * bits).reshape(count, bits)
     return np.packbits(bitmat.reshape(-1)).view(dt.newbyteorder(">")).astype(dt)
+
+
+def _unpack_groups(src: np.ndarray, count: int, bits: int) -> np.ndarray:
+    """unpack_ids for bits < 8: every ``bits`` bytes hold 8 ids, id j of a group within bytes (k, k+1) at
+    k = j*bits // 8; each id column is cut out of that byte pair with 16-bit shifts (no bit matrix)."""
+    groups = -(-count // 8)
+    padded = np.zeros(groups * bits + 1, dtype=np.uint8)  # +1: the last id's pair may read one byte past
+    padded[: src.size] = src
+    g = padded[:-1].reshape(groups, bits)
+    nxt = padded[1:].reshape(-1)  # nxt[i*bits + k] is the byte after g[i, k], crossing into the next group
+    out = np.empty((groups, 8), dtype=np.uint8)
+    mask = (1 << bits) - 1
+    step = _GROUP_BLOCK // 8
+    for g0 in range(0, groups, step):
+        g1 = min(groups, g0 + step)
+        for j in range(8):
+            k, off = divmod(j * bits, 8)
+            hi = g[g0:g1, k].astype(np.uint16) << 8
+            hi |= nxt[g0 * bits + k : g1 * bits + k : bits]
+            hi >>= 16 - off - bits
+            hi &= mask
+            out[g0:g1, j] = hi
+    return out.reshape(-1)[:count]
 
 
 def _packing_bits(d: Mapping[str, Any], field: str) -> Optional[int]:

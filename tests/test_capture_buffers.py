@@ -200,3 +200,20 @@ def test_draft_capture_stages_in_place_and_copies_once_per_forward():
     mtp = draft.collect(0, seqlen=100)
     assert mtp.positions.tolist() == [10, 11, 12]
     assert mtp.experts.astype("int32").tolist() == ids[:3].tolist()
+
+
+def test_draft_entries_are_filed_only_for_requests_that_asked_for_the_mtp_section():
+    topk_config = object()
+    draft = DraftCapturer({id(topk_config): 1}, topk=4, dtype=torch.uint8, max_tokens=MAX_TOKENS, per_request=True)
+    draft.set_wanted(1, True)  # request row 1 asked for {"mtp": true}; row 0 did not
+    ids = _ids(6, 5)
+    draft.capture(topk_config, ids)
+    draft.file_forward([0, 1], [3, 3], [3, 3], torch.arange(10, 16), torch.arange(100, 106), step=0)
+    assert draft.collect(0, seqlen=100) is None
+    mtp = draft.collect(1, seqlen=100)
+    assert mtp.positions.tolist() == [13, 14, 15]
+    assert mtp.experts.astype("int32").tolist() == ids[3:].tolist()
+    draft.forget([1])  # the row is freed: its next request starts unmarked
+    draft.capture(topk_config, ids[:3])
+    draft.file_forward([1], [3], [3], torch.arange(3), torch.arange(3), step=0)
+    assert draft.collect(1, seqlen=100) is None

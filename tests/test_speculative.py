@@ -162,6 +162,14 @@ def test_no_main_row_was_written_by_a_draft_forward(routing_server):
     assert s["unknown_layer_captures"] == 0
 
 
+def test_draft_routing_is_filed_only_for_requests_that_ask_for_it(routing_server):
+    before = stats(routing_server)["draft"]["entries"]
+    greedy(routing_server, 16, input_ids=ids("no MTP section asked"), return_routing=True)
+    assert stats(routing_server)["draft"]["entries"] == before
+    greedy(routing_server, 16, input_ids=ids("MTP section asked"), return_routing={"mtp": True})
+    assert stats(routing_server)["draft"]["entries"] > before
+
+
 def test_tree_drafting_matches_nonspec_and_rows_follow_kv_moves(tree_server, nospec_server):
     """topk > 1: SGLang moves accepted tokens' KV inside the request's slots; captured rows must move too."""
     moves_before = stats(tree_server)["kv_moves"]

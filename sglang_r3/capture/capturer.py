@@ -71,6 +71,10 @@ CAPTURE_MODES = ("off", "main", "main+mtp")
 CAPTURE_MODE_CODES = {0: "off", 1: "main", 2: "main+mtp"}
 
 
+_NO_TOKENS = 1 << 62  # _seen_tokens before any column captured in the current forward
+_VIEW_CACHE = 8  # batch sizes whose staging views are kept (decode batches repeat their sizes)
+
+
 class StagingOverflow(CaptureViolation):
     """A forward carried more tokens than the staging buffer sized from the server's limits."""
 
@@ -134,6 +138,10 @@ class RoutingCapturer:
         # written[s]: the row at slot s was captured by the forward that computed slot s's KV.
         self.written = torch.zeros(num_slots, dtype=torch.bool, pin_memory=pin)
         self.staging = torch.zeros((max_batch_tokens, self.num_moe, self.topk), dtype=self.dtype, device=self.device)
+        # Every MoE layer of a forward captures the same token count: the per-column views of the
+        # staging rows are built once per batch size, not once per layer (capture() runs per layer).
+        self._views: Dict[int, list] = {}
+        self._seen_tokens = _NO_TOKENS
         self.stats = CaptureStats()
         # Set while a draft (MTP) forward runs; a main capture then is a bug.
         self._draft_depth = threading.local()
@@ -168,9 +176,9 @@ class RoutingCapturer:
 
     # -- SGLang capturer interface ------------------------------------------
     def capture(self, layer_id: int, topk_indices: torch.Tensor) -> None:
-        if not self.capture_main:
+        if self.mode == "off":  # the capture_main property, inlined: this runs once per MoE layer
             return
-        if self.in_draft_forward:
+        if getattr(self._draft_depth, "n", 0) > 0:
             self.stats.main_captures_from_draft += 1
             raise CaptureViolation(
                 f"a draft (MTP) forward tried to write main routing rows (layer_id={layer_id})"
@@ -183,14 +191,20 @@ class RoutingCapturer:
                 f"does not list as a main MoE layer"
             )
         n = topk_indices.shape[0]
-        if n > self.staging.shape[0]:
-            raise StagingOverflow(
-                f"a forward routed {n} tokens but the capture staging holds {self.staging.shape[0]} "
-                f"(sized from the server's chunked-prefill / max-running-requests limits)"
-            )
+        views = self._views.get(n)
+        if views is None:
+            if n > self.staging.shape[0]:
+                raise StagingOverflow(
+                    f"a forward routed {n} tokens but the capture staging holds {self.staging.shape[0]} "
+                    f"(sized from the server's chunked-prefill / max-running-requests limits)"
+                )
+            if len(self._views) >= _VIEW_CACHE:
+                self._views.clear()
+            views = self._views[n] = [self.staging[:n, c, :] for c in range(self.num_moe)]
         # Upstream may append fused shared-expert columns after the routed ones.
-        self.staging[:n, col, :] = topk_indices[:, : self.topk]
-        self._seen_tokens = n if not self._seen else min(self._seen_tokens, n)
+        views[col].copy_(topk_indices if topk_indices.shape[1] == self.topk else topk_indices[:, : self.topk])
+        if n < self._seen_tokens:
+            self._seen_tokens = n
         self._seen |= 1 << col
 
     def on_forward_end(self, forward_batch, can_run_graph=False, cuda_graph_batch=None, no_copy_to_cpu=False):
@@ -206,6 +220,7 @@ class RoutingCapturer:
         if self.capture_main and not complete and n:
             self.stats.incomplete_forwards += 1
         self._seen = 0
+        self._seen_tokens = _NO_TOKENS
         if not n:
             return None
         rows = self.staging[:n] if complete else None
@@ -232,6 +247,7 @@ class RoutingCapturer:
         self.written[idx] = True
 
     def destroy(self) -> None:
+        self._views = {}
         self.host = None
         self.written = None
         self.staging = None

@@ -10,28 +10,60 @@ one draft forward:
 * ``step i >= 1``: the i-th draft-decode forward of a speculation round, whose
   input is the i-th drafted token. Its ``accepted`` flag is resolved when the
   round's verify reports how many drafts were accepted.
+
+Storage: one packed record array per request, grown geometrically. A decode
+step files one entry per request, so a Python object per filed slice would cost
+~40x the entry's own bytes for as long as the request lives.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
 import numpy as np
 import torch
 
 from sglang_r3.record import MtpRouting
 
+# Key in a request's sampling_params.custom_params that asks for the MTP section (set by our /generate when
+# ``return_routing: {"mtp": true}``; read by the scheduler where the request gets its row).
+MTP_WANTED_KEY = "sglang_r3_mtp"
 
-@dataclass
-class _Chunk:
-    positions: np.ndarray
-    tokens: np.ndarray
-    depth: int
-    step: int
-    round: int
-    experts: np.ndarray
-    accepted: np.ndarray
+# First capacity of a request's entries; a prefill's draft-extend files its whole prompt at once and
+# gets exactly that, decode steps then grow the block by half each time.
+_FIRST_CAPACITY = 16
+_GROWTH = 1.5
+
+
+def _entry_dtype(topk: int, ids: np.dtype) -> np.dtype:
+    # One packed record per entry in one array per request: 23 B for top-8 uint8 ids, and a single
+    # numpy header per request instead of one per column.
+    return np.dtype([("positions", "<i4"), ("tokens", "<i4"), ("round", "<i4"), ("depth", "u1"),
+                     ("step", "u1"), ("accepted", "?"), ("experts", ids, (topk,))])
+
+
+class _Entries:
+    """One request's draft entries (rows [0, n) of ``rows`` are live)."""
+
+    __slots__ = ("n", "rows")
+
+    def __init__(self, dtype: np.dtype, capacity: int):
+        self.n = 0
+        self.rows = np.empty(capacity, dtype)
+
+    def reserve(self, extra: int) -> None:
+        need = self.n + extra
+        cap = self.rows.shape[0]
+        if need > cap:
+            grown = np.empty(max(need, int(cap * _GROWTH) + 1), self.rows.dtype)
+            grown[: self.n] = self.rows[: self.n]
+            self.rows = grown
+
+    def nbytes(self) -> int:
+        """Bytes held, objects included (allocated capacity, not only live rows)."""
+        return sys.getsizeof(self) + sys.getsizeof(self.rows)
 
 
 @dataclass
@@ -45,7 +77,12 @@ class DraftStats:
 
 
 class DraftCapturer:
-    """Stages draft-router top-k per depth during a draft forward, then files them per request."""
+    """Stages draft-router top-k per depth during a draft forward, then files them per request.
+
+    ``per_request``: file entries only for requests marked with ``set_wanted`` (the scheduler marks a
+    request that asked for the MTP section when it gets its ``req_pool_idx``); otherwise for every
+    request in the batch.
+    """
 
     def __init__(
         self,
@@ -54,19 +91,36 @@ class DraftCapturer:
         dtype: torch.dtype,
         max_tokens: int = 4096,
         device: str | torch.device = "cpu",
+        per_request: bool = False,
     ):
         self.depth_of_config = depth_of_config  # id(topk_config) -> MTP depth
         self.topk = topk
         self.dtype = dtype
+        self._np_dtype = np.dtype(np.uint8 if dtype == torch.uint8 else np.uint16)
+        self._entry_dtype = _entry_dtype(topk, self._np_dtype)
         n_depth = max(depth_of_config.values(), default=0)
         # Allocated once: a CUDA graph of a draft forward writes into this storage on every replay.
         self.staging = torch.zeros((max(n_depth, 1), max_tokens, topk), dtype=dtype, device=device)
         self._staged: Dict[int, int] = {}  # depth -> tokens staged in the current draft forward
         self._graph_depths: Dict[int, int] = {}  # depths a recorded draft graph writes (replays skip capture())
-        self._by_req: Dict[int, List[_Chunk]] = {}
-        self._pending: List[tuple] = []  # (req_pool_idx, chunk) awaiting this round's verify
+        self._by_req: Dict[int, _Entries] = {}
+        # (req_pool_idx, entries, lo, hi, step) awaiting this round's verify. The entries object is held,
+        # not looked up again: a request forgotten and its row reused must not receive the old flags.
+        self._pending: List[tuple] = []
+        self.per_request = per_request
+        self._wanted: Set[int] = set()
         self.round = 0
         self._stats = DraftStats()
+
+    # -- which requests -----------------------------------------------------------
+    def set_wanted(self, req_pool_idx: int, wanted: bool) -> None:
+        if wanted:
+            self._wanted.add(int(req_pool_idx))
+        else:
+            self._wanted.discard(int(req_pool_idx))
+
+    def wants(self, req_pool_idx: int) -> bool:
+        return not self.per_request or int(req_pool_idx) in self._wanted
 
     # -- during a draft forward ----------------------------------------------
     def capture(self, topk_config, topk_ids: torch.Tensor) -> None:
@@ -107,6 +161,8 @@ class DraftCapturer:
         self._staged = {}
         if not depths:
             return
+        if self.per_request and not any(int(p) in self._wanted for p in req_pool_indices):
+            return  # no request in this batch asked for the MTP section: no copy at all
         self._stats.forwards += 1
         n = int(positions.shape[0])
         hi = max(depths)
@@ -117,37 +173,45 @@ class DraftCapturer:
         ).to("cpu").numpy().reshape(-1)
         pos = packed[:n].astype(np.int32)
         tok = packed[n : 2 * n].astype(np.int32)
-        ids_all = packed[2 * n :].reshape(hi, n, self.topk)
-        np_dtype = np.uint8 if self.dtype == torch.uint8 else np.uint16
+        ids_all = packed[2 * n :].reshape(hi, n, self.topk).astype(self._np_dtype)
+        # The whole forward's entries are built once, vectorised, then each request takes its slice with
+        # one copy (the per-request loop runs for every request of every draft forward).
+        block = np.empty(n, self._entry_dtype)
+        block["positions"] = pos
+        block["tokens"] = tok
+        block["round"] = self.round
+        block["step"] = step
+        block["accepted"] = step == 0
         for depth in sorted(depths):
-            ids_np = ids_all[depth - 1].astype(np_dtype)
+            block["depth"] = depth
+            block["experts"] = ids_all[depth - 1]
             offset = 0
             for pool_idx, rows, valid in zip(req_pool_indices, rows_per_req, valid_per_req):
-                sl = slice(offset, offset + valid)
+                at = offset
                 offset += rows
                 if valid <= 0:
                     continue
-                chunk = _Chunk(
-                    positions=pos[sl].copy(),
-                    tokens=tok[sl].copy(),
-                    depth=depth,
-                    step=step,
-                    round=self.round,
-                    experts=ids_np[sl].copy(),
-                    accepted=np.full(valid, step == 0),
-                )
-                self._by_req.setdefault(int(pool_idx), []).append(chunk)
+                p = int(pool_idx)
+                if self.per_request and p not in self._wanted:
+                    continue
+                e = self._by_req.get(p)
+                if e is None:
+                    e = self._by_req[p] = _Entries(self._entry_dtype, max(_FIRST_CAPACITY, valid))
+                e.reserve(valid)
+                lo, end = e.n, e.n + valid
+                e.rows[lo:end] = block[at : at + valid]
+                e.n = end
                 self._stats.entries += valid
                 if step > 0:
-                    self._pending.append((int(pool_idx), chunk))
+                    self._pending.append((p, e, lo, end, step))
 
     # -- after a verify --------------------------------------------------------
     def resolve_round(self, req_pool_indices: Sequence[int], accepted_drafts: Sequence[int]) -> None:
         """accepted_drafts[b]: how many drafted tokens request b's verify accepted (bonus token excluded)."""
         n_ok = {int(p): int(a) for p, a in zip(req_pool_indices, accepted_drafts)}
-        for pool_idx, chunk in self._pending:
+        for pool_idx, e, lo, end, step in self._pending:
             if pool_idx in n_ok:
-                chunk.accepted[:] = chunk.step <= n_ok[pool_idx]
+                e.rows["accepted"][lo:end] = step <= n_ok[pool_idx]
         self._pending = []
         self.round += 1
         self._stats.resolved_rounds += 1
@@ -157,8 +221,9 @@ class DraftCapturer:
         gone = {int(p) for p in req_pool_indices}
         for p in gone:
             self._by_req.pop(p, None)
+            self._wanted.discard(p)
         if self._pending:
-            self._pending = [(p, c) for p, c in self._pending if p not in gone]
+            self._pending = [t for t in self._pending if t[0] not in gone]
 
     def collect(self, req_pool_idx: int, seqlen: int) -> Optional[MtpRouting]:
         """Pop a finished request's entries. ``seqlen``: tokens of the returned sequence.
@@ -166,22 +231,27 @@ class DraftCapturer:
         A verify can accept tokens past a stop (max_new_tokens, a stop string) that
         the response then trims; their entries are kept but marked not accepted.
         """
-        chunks = self._by_req.pop(int(req_pool_idx), [])
-        if not chunks:
+        e = self._by_req.pop(int(req_pool_idx), None)
+        if e is None or not e.n:
             return None
-        for c in chunks:
-            c.accepted &= c.positions + 1 < seqlen
-        cat = lambda f: np.concatenate([getattr(c, f) for c in chunks])  # noqa: E731
-        n = [len(c.positions) for c in chunks]
+        r = e.rows[: e.n]
+        positions = r["positions"].copy()
         return MtpRouting(
-            positions=cat("positions"),
-            depth=np.repeat([c.depth for c in chunks], n).astype(np.uint8),
-            step=np.repeat([c.step for c in chunks], n).astype(np.uint8),
-            accepted=cat("accepted"),
-            experts=np.concatenate([c.experts for c in chunks]),
-            tokens=cat("tokens"),
-            rounds=np.repeat([c.round for c in chunks], n).astype(np.int32),
+            positions=positions,
+            depth=r["depth"].copy(),
+            step=r["step"].copy(),
+            accepted=r["accepted"] & (positions + 1 < seqlen),
+            experts=np.ascontiguousarray(r["experts"]),
+            tokens=r["tokens"].copy(),
+            rounds=r["round"].copy(),
         )
+
+    def held_bytes(self) -> Dict[str, int]:
+        """Entries and bytes held for live requests (column capacity and objects included)."""
+        return {
+            "entries": sum(e.n for e in self._by_req.values()),
+            "bytes": sum(e.nbytes() for e in self._by_req.values()) + sys.getsizeof(self._by_req),
+        }
 
     def stats(self):
         return {**self._stats.as_dict(), "requests_held": len(self._by_req)}

@@ -18,7 +18,7 @@ import logging
 
 import torch
 
-from sglang_r3.capture.draft import DraftCapturer
+from sglang_r3.capture.draft import MTP_WANTED_KEY, DraftCapturer
 from sglang_r3.patches.runtime import capturer as _capturer
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,8 @@ def attach_draft_runner(cap, runner, routers, max_tokens: int) -> None:
         dtype=cap.dtype,
         max_tokens=max_tokens,
         device=cap.device,
+        # Only requests that asked for the MTP section (marked by server/routes.py) get entries filed.
+        per_request=True,
     )
     original_forward = runner.forward
 
@@ -116,6 +118,16 @@ def free_rows_after(result, self, indices, *args, **kwargs):
     return result
 
 
+def alloc_after(result, self, reqs, *args, **kwargs):
+    # A request gets its row here (again after a retraction): note whether it asked for the MTP section.
+    cap = _capturer()
+    if cap is not None and cap.draft is not None and result is not None:
+        for r in reqs:
+            params = getattr(r.sampling_params, "custom_params", None) or {}
+            cap.draft.set_wanted(r.kv.req_pool_idx, bool(params.get(MTP_WANTED_KEY)))
+    return result
+
+
 def install_draft_patches() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
@@ -124,3 +136,4 @@ def install_draft_patches() -> None:
         f"{_EAGLE}.EAGLEWorkerV2.forward_batch_generation", forward_batch_generation_after, HookType.AFTER
     )
     HookRegistry.register(f"{_POOL}.free_rows", free_rows_after, HookType.AFTER)
+    HookRegistry.register(f"{_POOL}.alloc", alloc_after, HookType.AFTER)

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from sglang_r3.layout import ModelLayout
@@ -63,8 +64,15 @@ def fill_slime_replays(
     check_records(records, tokens, layout, weight_version)
     packed = pack_rows([r.experts for r in records], layout.num_experts, token_layout)
     columns = {lid: i for i, lid in enumerate(layout.moe_layer_ids)}
+    # One layer-major transpose moving each (row, layer) group of topk ids as one machine word, instead of
+    # one strided gather per layer: each layer's rows are then a contiguous compact tensor already.
+    e = packed.experts
+    rows, layers, topk = e.shape
+    group = topk * e.itemsize
+    word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(group, np.dtype((np.void, group)))
+    per_layer = np.ascontiguousarray(e.reshape(rows, layers * topk).view(word).T).view(e.dtype).reshape(layers, rows, topk)
     for obj, lid in zip(replays, decoder):
-        obj.record(torch.from_numpy(packed.experts[:, columns[lid], :].copy()))
+        obj.record(torch.from_numpy(per_layer[columns[lid]]))
     result = SlimeFillResult(
         filled=tuple(range(len(decoder))),
         skipped=tuple(range(len(decoder), len(replays))),

@@ -1,0 +1,50 @@
+"""``python -m benchmarks.plain_server [flags]``: the capture-overhead baseline -- SGLang with R3 not installed.
+
+It launches SGLang's own ``run_server`` with exactly the argv our launcher resolves
+(``sglang_r3.launch_server.resolve_argv``: embedded model, dtype, speculative flags, CPU flags such as
+``--sleep-on-idle``) minus ``--enable-return-routed-experts``, so SGLang builds no capturer at all and no
+sglang-r3 patch is installed: no capture hooks, no draft wrappers, no response hooks, no routes.
+``SGLANG_R3_ENABLED`` stays unset, so our SGLang plugin is inert in every process.
+
+On a CPU-only host the CPU runtime is the one thing it shares with ours, because SGLang cannot run
+there without it: the libcuda stub, and ``sglang_r3.patches.cpu`` (torch versions of sgl-kernel's CPU
+speculative ops, TARGET_VERIFY for torch_native attention). SGLang starts its scheduler with the
+``spawn`` start method, which re-imports this module in each child as ``__mp_main__``; the import below
+installs the CPU patches there too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if os.environ.get("SGLANG_R3_CPU") == "1" and os.environ.get("SGLANG_R3_ENABLED") != "1":
+    from sglang_r3.patches.cpu import install_cpu_patches
+
+    install_cpu_patches()
+
+
+def main() -> None:
+    from sglang_r3.cpu import activate_cpu_runtime, has_gpu
+    from sglang_r3.launch_server import resolve_argv
+
+    os.environ.pop("SGLANG_R3_ENABLED", None)
+    cpu = not has_gpu()
+    if cpu:
+        activate_cpu_runtime()
+        from sglang_r3.patches.cpu import install_cpu_patches
+
+        install_cpu_patches()
+    argv = [a for a in resolve_argv(sys.argv[1:], cpu=cpu) if a != "--enable-return-routed-experts"]
+    from sglang.launch_server import run_server
+    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.utils import kill_process_tree
+
+    try:
+        run_server(prepare_server_args(argv))
+    finally:
+        kill_process_tree(os.getpid(), include_parent=False)
+
+
+if __name__ == "__main__":
+    main()
