@@ -28,7 +28,7 @@ import pytest
 
 from sglang_r3.embedded import EMBEDDED_CONFIG
 from sglang_r3.record import RoutingRecord
-from tests.gateway import GatewayProcess
+from sglang_r3.fleet.gateway import Gateway
 from tests.routing_http import TIMEOUT
 
 VOCAB = EMBEDDED_CONFIG["vocab_size"]
@@ -47,9 +47,8 @@ DROPPED = pytest.mark.xfail(
 def urls(request):
     """(engine URL, gateway URL) for one server; the gateway is stopped when the module is done."""
     direct = request.getfixturevalue(request.param)
-    gateway = GatewayProcess([direct]).start()
+    gateway = Gateway([direct]).start()  # waits until the router reports the worker healthy
     try:
-        gateway.wait_ready()
         yield direct, gateway.url
     finally:
         gateway.stop()
@@ -123,9 +122,8 @@ def test_gateway_refuses_a_body_without_a_json_content_type(urls):
 @pytest.fixture(scope="module")
 def default_routing_urls(tree_server):
     """(engine URL, gateway URL) for the server started with --r3-default-routing main."""
-    gateway = GatewayProcess([tree_server]).start()
+    gateway = Gateway([tree_server]).start()  # waits until the router reports the worker healthy
     try:
-        gateway.wait_ready()
         yield tree_server, gateway.url
     finally:
         gateway.stop()

@@ -18,7 +18,6 @@ import ctypes
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from typing import Any, Dict, List, Optional
 
 import httpx
 
+from sglang_r3.fleet.gateway import free_port
 from sglang_r3.fleet.handle import ENGINE_ENV, INCARNATION_ENV, NAMESPACE_ENV, RAY_ADDRESS_ENV, STORE_ENV
 
 logger = logging.getLogger(__name__)
@@ -48,12 +48,6 @@ class EngineSpec:
     max_restarts: int = 5
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def _die_with_parent() -> None:
     # Runs in the child before exec: own session (stop() kills the group), SIGKILL if the actor dies.
     os.setsid()
@@ -71,7 +65,7 @@ class EngineActor:
 
         self.spec = spec
         self.host = ray.util.get_node_ip_address()
-        self.port = _free_port()
+        self.port = free_port()
         self.gcs_address = ray.get_runtime_context().gcs_address
         self.store = ray.get_actor(spec.store_name, namespace=spec.namespace)
         self.proc: Optional[subprocess.Popen] = None

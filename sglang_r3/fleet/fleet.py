@@ -11,20 +11,13 @@ launcher, because its scheduler actors would not get the capture patches (startu
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
-import httpx
 
 from sglang_r3.fleet.engine import EngineActor, EngineSpec
+from sglang_r3.fleet.gateway import Gateway
 from sglang_r3.fleet.handle import NAMESPACE
 from sglang_r3.fleet.resolve import fetch as _fetch
 from sglang_r3.fleet.store import RecordStore, StoreBounds
@@ -44,70 +37,6 @@ class FleetConfig:
     startup_timeout_s: float = 600.0
     health_interval_s: float = 2.0
     max_restarts: int = 5
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Gateway:
-    """``sglang-router`` (SGLang's gateway) as a subprocess of the driver.
-
-    Retries are off: a request whose engine died fails at the client instead of being silently run
-    again elsewhere (the rollout driver decides whether to resend, and a resent request is a new
-    sample with a new handle). Health checks every 2 s take a restarted engine back.
-    """
-
-    def __init__(self, worker_urls: Sequence[str], port: int = 0, policy: str = "round_robin"):
-        self.worker_urls = list(worker_urls)
-        self.port = port or _free_port()
-        self.prometheus_port = _free_port()  # the router always opens one; the default 29000 collides
-        self.policy = policy
-        self.proc: Optional[subprocess.Popen] = None
-        self.log_path: Optional[str] = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout_s: float = 120) -> "Gateway":
-        cmd = [sys.executable, "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(self.port),
-               "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.prometheus_port),
-               "--policy", self.policy, "--disable-retries",
-               "--health-check-interval-secs", "2", "--health-failure-threshold", "1",
-               "--health-success-threshold", "1", "--health-check-endpoint", "/health",
-               "--worker-urls", *self.worker_urls]
-        fd, self.log_path = tempfile.mkstemp(prefix=f"r3-gateway-{self.port}-", suffix=".log")
-        with os.fdopen(fd, "w") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline, last = time.monotonic() + timeout_s, ""
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sglang-router exited with {self.proc.returncode}: see {self.log_path}")
-            try:
-                r = httpx.get(self.url + "/readiness", timeout=10)
-                last = f"{r.status_code} {r.text[:200]}"
-                if r.status_code == 200 and r.json().get("healthy_workers") == len(self.worker_urls):
-                    return self
-            except (httpx.HTTPError, ValueError) as e:
-                last = repr(e)
-            time.sleep(1)
-        self.stop()
-        raise TimeoutError(f"sglang-router not ready after {timeout_s:.0f}s (last /readiness: {last})")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 class Fleet:
