@@ -152,6 +152,8 @@ def test_mixed_weight_versions_when_allowed_are_named_per_segment_and_refused_by
     joined = join_records(mixed, allow_mixed_versions=True)
     assert joined.record.weight_version == "mixed:v1,v2"
     assert joined.weight_versions == ("v1", "v2", "v2")
-    check_records([joined.record], [joined.tokens], layout)
+    with pytest.raises(RecordError, match="routed under several weight versions"):
+        check_records([joined.record], [joined.tokens], layout)
+    check_records([joined.record], [joined.tokens], layout, allow_mixed_versions=True)
     with pytest.raises(RecordError, match="weight version"):
         check_records([joined.record], [joined.tokens], layout, weight_version="v2")

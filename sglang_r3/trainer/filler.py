@@ -67,13 +67,17 @@ class ReplayFiller:
         layout: ModelLayout,
         token_layout: Optional[TokenLayout] = None,
         weight_version: Optional[str] = None,
+        allow_mixed_versions: bool = False,
     ):
         """weight_version: the version of the weights the trainer holds (SGLang's weight version string
         of the policy that generated the rollouts). When set, records routed with other weights are
-        refused; update it with ``filler.weight_version = v`` after each weight sync."""
+        refused; update it with ``filler.weight_version = v`` after each weight sync.
+        allow_mixed_versions: accept records that spanned a weight update (``"mixed:v1,v2"``), which
+        are refused by default."""
         self.chunks = as_chunks(model_or_chunks)
         self.layout = layout
         self.weight_version = weight_version
+        self.allow_mixed_versions = allow_mixed_versions
         self.sites: List[RouterSite] = find_routers(self.chunks, layout.num_hidden_layers)
         check_model_against_layout(self.chunks, self.sites, layout)
         self.decoder_sites = [s for s in self.sites if not s.is_mtp]
@@ -116,7 +120,7 @@ class ReplayFiller:
 
         tokens[i]: sample i's token ids (prompt + completion; 1-D tensor, array or list of ints).
         """
-        check_records(records, tokens, self.layout, self.weight_version)
+        check_records(records, tokens, self.layout, self.weight_version, self.allow_mixed_versions)
         return pack_rows([r.experts for r in records], self.layout.num_experts, self.token_layout())
 
     # -- actions ---------------------------------------------------------------

@@ -50,11 +50,14 @@ def check_record(
     tokens: Any,
     sample: int = 0,
     weight_version: Optional[str] = None,
+    allow_mixed_versions: bool = False,
 ) -> None:
     """Raise RecordError naming what differs; return silently when the record fits.
 
     tokens: the sample's token ids (prompt + completion). weight_version: the version of the
     weights the trainer holds; None skips that check (the caller does not know it).
+    allow_mixed_versions: accept a record whose rows were routed under several weight versions
+    (``"mixed:v1,v2"``: a request or a joined sample that spanned a weight update).
     """
     where = f"sample {sample}"
     if not isinstance(record, RoutingRecord):
@@ -83,14 +86,16 @@ def check_record(
             f"{where}: record has {record.num_tokens} rows, but the sample has {num_tokens} tokens "
             f"(expected {num_tokens - 1} rows: one per token but the last)"
         )
-    _check_identity(record, ids, where, weight_version)
+    _check_identity(record, ids, where, weight_version, allow_mixed_versions)
     if not np.issubdtype(record.experts.dtype, np.integer):
         raise RecordError(f"{where}: expert ids have dtype {record.experts.dtype}, expected an integer dtype")
     if record.num_tokens:
         _check_ids(record.experts, layout, where)
 
 
-def _check_identity(record: RoutingRecord, ids: np.ndarray, where: str, weight_version: Optional[str]) -> None:
+def _check_identity(
+    record: RoutingRecord, ids: np.ndarray, where: str, weight_version: Optional[str], allow_mixed: bool = False
+) -> None:
     if record.tokens_digest is None:
         raise RecordError(
             f"{where}: record carries no tokens_digest, so nothing proves it was produced for this "
@@ -101,6 +106,12 @@ def _check_identity(record: RoutingRecord, ids: np.ndarray, where: str, weight_v
             f"{where}: record was produced for a different token sequence (tokens_digest "
             f"{record.tokens_digest} != {token_digest(ids)} of the sample's {len(ids)} tokens); "
             f"records and samples are mismatched (e.g. two samples swapped)"
+        )
+    mixed = record.weight_version is not None and record.weight_version.startswith("mixed:")
+    if mixed and not allow_mixed and weight_version is None:
+        raise RecordError(
+            f"{where}: record was routed under several weight versions ({record.weight_version}); its rows "
+            f"do not all belong to one set of weights (pass allow_mixed_versions=True to accept it)"
         )
     if weight_version is not None and record.weight_version != weight_version:
         got = "no weight_version" if record.weight_version is None else f"weight version {record.weight_version!r}"
@@ -173,6 +184,7 @@ def check_records(
     tokens: Sequence[Any],
     layout: ModelLayout,
     weight_version: Optional[str] = None,
+    allow_mixed_versions: bool = False,
 ) -> List[int]:
     """Check every record before any is used; return each sample's token count.
 
@@ -183,6 +195,6 @@ def check_records(
     counts = []
     for i, (r, t) in enumerate(zip(records, tokens)):
         ids = sample_token_ids(t, i)
-        check_record(r, layout, ids, i, weight_version)
+        check_record(r, layout, ids, i, weight_version, allow_mixed_versions)
         counts.append(int(ids.shape[0]))
     return counts

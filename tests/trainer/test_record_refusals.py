@@ -233,3 +233,12 @@ def test_a_repeated_id_is_found_in_any_block_of_the_check(glm_layout, monkeypatc
     assert bad == (row, layer)
     with pytest.raises(RecordError, match=rf"row {row}, layer {layer} names expert {experts[row, col, 0]} twice"):
         check_record(dataclasses.replace(rec, experts=experts), glm_layout, ids)
+
+
+def test_record_that_spanned_a_weight_update_is_refused_unless_mixed_versions_are_allowed(glm_layout):
+    rec, toks = synthetic_sample(glm_layout, 6, weight_version="mixed:v1,v2")
+    with pytest.raises(RecordError, match=r"sample 0: record was routed under several weight versions \(mixed:v1,v2\)"):
+        check_record(rec, glm_layout, toks)
+    check_record(rec, glm_layout, toks, allow_mixed_versions=True)
+    with pytest.raises(RecordError, match=r"trainer holds weight version 'v2'"):
+        check_record(rec, glm_layout, toks, weight_version="v2", allow_mixed_versions=True)
