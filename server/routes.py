@@ -9,6 +9,7 @@ msgpack and the routing arrays are raw bytes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from functools import lru_cache
@@ -300,7 +301,13 @@ async def generate(request: Request):
         return _create_error_response(e)
     finally:
         NATIVE_ROUTING.reset(token)
-    return _respond(await refs.settle(finish(ret)), binary)
+    if layout is None:
+        return _respond(ret, binary)
+    # Building and serializing a long record takes milliseconds; when many requests finish in one loop
+    # iteration, doing it on the event loop stalls every other request's I/O. A worker thread keeps the
+    # loop serving (the numpy and base64 work releases the GIL for most of it).
+    out = await refs.settle(await asyncio.to_thread(finish, ret))
+    return await asyncio.to_thread(_respond, out, binary)
 
 
 @router.get("/routing/layout", response_model=LayoutResponse, summary="The model's layers by role")
