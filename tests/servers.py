@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,16 +13,9 @@ from typing import Dict, List, Optional
 
 import httpx
 
+from sglang_r3.fleet.gateway import free_port, log_tail, stop_process_group
+
 STARTUP_TIMEOUT_S = float(os.environ.get("SGLANG_R3_TEST_STARTUP_TIMEOUT", "600"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class ChildProcess:
@@ -42,22 +32,10 @@ class ChildProcess:
                                      env={**os.environ, **(env or {})})
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        stop_process_group(self.proc)
 
     def log_tail(self, n: int = 60) -> str:
-        if not self.log_path or not self.log_path.exists():
-            return ""
-        lines = _ANSI.sub("", self.log_path.read_text(errors="replace")).splitlines()
-        return "\n".join(l[:400] for l in lines[-n:])
+        return log_tail(self.log_path, n)
 
 
 @dataclass

@@ -72,20 +72,30 @@ class Gateway:
         raise TimeoutError(f"sglang-router not ready after {timeout_s:.0f}s (last /readiness: {last}):\n{self.log_tail()}")
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        stop_process_group(self.proc)
 
     def log_tail(self, n: int = 40) -> str:
-        if not self.log_path or not os.path.exists(self.log_path):
-            return ""
-        with open(self.log_path, errors="replace") as f:
-            lines = _ANSI.sub("", f.read()).splitlines()
-        return "\n".join(l[:400] for l in lines[-n:])
+        return log_tail(self.log_path, n)
+
+
+def stop_process_group(proc: Optional[subprocess.Popen], timeout_s: float = 30) -> None:
+    """SIGTERM the process's own session (it was started with start_new_session), SIGKILL if it lingers."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=timeout_s)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def log_tail(path, n: int = 40) -> str:
+    """The last n lines of a child's log file, colour codes removed (for error messages)."""
+    if not path or not os.path.exists(path):
+        return ""
+    with open(path, errors="replace") as f:
+        lines = _ANSI.sub("", f.read()).splitlines()
+    return "\n".join(l[:400] for l in lines[-n:])
