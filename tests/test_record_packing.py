@@ -58,6 +58,21 @@ def test_pack_is_msb_first_bit_stream():
     assert pack_ids(np.array([5, 3, 7], np.uint8), 3) == bytes([0b10101111, 0b10000000])
 
 
+@pytest.mark.parametrize("bits", range(1, 8))
+@pytest.mark.parametrize("count", [1, 8, 9, 57, 8 * (1 << 15) + 3])
+def test_unpack_reads_the_msb_first_stream_as_numpy_unpackbits_does(bits, count):
+    # Oracle: numpy's own bit unpacking of the byte stream, read `bits` at a time; sizes cross the
+    # unpacker's block size and end mid-group.
+    rng = np.random.default_rng(bits * 1000 + count)
+    raw = rng.integers(0, 256, (count * bits + 7) // 8, dtype=np.uint8)
+    raw[-1] &= np.uint8((0xFF << (8 * len(raw) - count * bits)) & 0xFF)  # unused tail bits are zero
+    stream = np.unpackbits(raw)[: count * bits].reshape(count, bits)
+    want = (stream.astype(np.int64) << np.arange(bits - 1, -1, -1)).sum(1)
+    got = unpack_ids(raw.tobytes(), count, bits, np.uint8)
+    assert np.array_equal(got, want)
+    assert pack_ids(got, bits) == raw.tobytes()
+
+
 def test_pack_refuses_ids_that_do_not_fit():
     with pytest.raises(RecordError, match="does not fit"):
         pack_ids(np.array([0, 128], np.uint8), 7)

@@ -11,13 +11,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 
 from sglang_r3.layout import ModelLayout
 from sglang_r3.record import RoutingRecord
 from sglang_r3.trainer.errors import ReplayError
-from sglang_r3.trainer.packing import TokenLayout, pack_rows
+from sglang_r3.trainer.packing import TokenLayout, layer_major, pack_rows
 from sglang_r3.trainer.validate import check_records
 
 logger = logging.getLogger(__name__)
@@ -64,13 +63,7 @@ def fill_slime_replays(
     check_records(records, tokens, layout, weight_version)
     packed = pack_rows([r.experts for r in records], layout.num_experts, token_layout)
     columns = {lid: i for i, lid in enumerate(layout.moe_layer_ids)}
-    # One layer-major transpose moving each (row, layer) group of topk ids as one machine word, instead of
-    # one strided gather per layer: each layer's rows are then a contiguous compact tensor already.
-    e = packed.experts
-    rows, layers, topk = e.shape
-    group = topk * e.itemsize
-    word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(group, np.dtype((np.void, group)))
-    per_layer = np.ascontiguousarray(e.reshape(rows, layers * topk).view(word).T).view(e.dtype).reshape(layers, rows, topk)
+    per_layer = layer_major(packed.experts)  # each layer's rows one compact block, no per-layer gather
     for obj, lid in zip(replays, decoder):
         obj.record(torch.from_numpy(per_layer[columns[lid]]))
     result = SlimeFillResult(
