@@ -95,12 +95,23 @@ def test_staging_storage_survives_forwards_up_to_the_limit_and_a_bigger_one_rais
     assert cap.staging_ptr() == ptr
 
 
-def test_rows_land_at_their_kv_slots_and_are_marked_written():
-    cap = RoutingCapturer(LAYOUT, num_slots=32, max_batch_tokens=MAX_TOKENS)
+@pytest.mark.parametrize("topk,experts", [(4, 16), (8, 160), (6, 64), (8, 300)])
+def test_rows_land_at_their_kv_slots_and_are_marked_written(topk, experts):
+    # top-4/8 uint8 ids move as one machine word at the forward end; top-6 uint8 and top-8 uint16
+    # (16 bytes) take the plain transposed copy.
+    layout = ModelLayout("Glm4MoeForCausalLM", 4, (
+        LayerInfo(0, "dense"), *(LayerInfo(i, "moe", None, experts, topk) for i in (1, 2, 3)),
+        LayerInfo(4, "mtp", 1, experts, topk)))
+    cap = RoutingCapturer(layout, num_slots=32, max_batch_tokens=MAX_TOKENS)
     slots = [5, 9, 2]
-    chosen, _ = _forward(cap, slots, seed=1)
+    g = torch.Generator().manual_seed(topk * experts)
+    chosen = {}
+    for layer in (1, 2, 3):
+        chosen[layer] = torch.stack([torch.randperm(experts, generator=g)[:topk] for _ in slots]).to(torch.int32)
+        cap.capture(layer, chosen[layer])
+    cap.on_forward_end(_batch(slots))
     rows, missing = cap.rows_for_slots(torch.tensor(slots))
-    assert missing == 0
+    assert missing == 0 and rows.shape == (3, 3, topk)
     for col, layer in enumerate((1, 2, 3)):
         assert torch.equal(rows[:, col, :].to(torch.int32), chosen[layer])
 

@@ -73,6 +73,7 @@ CAPTURE_MODE_CODES = {0: "off", 1: "main", 2: "main+mtp"}
 
 _NO_TOKENS = 1 << 62  # _seen_tokens before any column captured in the current forward
 _VIEW_CACHE = 8  # batch sizes whose staging views are kept (decode batches repeat their sizes)
+_WORDS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # topk ids of one (token, layer)
 
 
 class StagingOverflow(CaptureViolation):
@@ -137,9 +138,18 @@ class RoutingCapturer:
         self.host = torch.zeros((num_slots, self.num_moe, self.topk), dtype=self.dtype, pin_memory=pin)
         # written[s]: the row at slot s was captured by the forward that computed slot s's KV.
         self.written = torch.zeros(num_slots, dtype=torch.bool, pin_memory=pin)
-        self.staging = torch.zeros((max_batch_tokens, self.num_moe, self.topk), dtype=self.dtype, device=self.device)
+        # Layer-major [n_moe, max_tokens, topk]: each layer's capture is one contiguous block (the
+        # int32 -> compact conversion into a strided row-major slice cost ~3x as much per layer); the
+        # forward end reads it back as rows [n, n_moe, topk] through a transposed view.
+        self.staging = torch.zeros((self.num_moe, max_batch_tokens, self.topk), dtype=self.dtype, device=self.device)
+        # The forward end turns the layer-major staging into rows by moving each (layer, token) group of
+        # topk ids as one machine word (a word-wise transpose copy), into a row buffer allocated once.
+        word = _WORDS.get(self.topk * self.staging.element_size())
+        self._staging_words = None if word is None else self.staging.view(word)
+        self._rows = torch.empty((max_batch_tokens, self.num_moe, self.topk), dtype=self.dtype, device=self.device)
+        self._rows_words = None if word is None else self._rows.view(word)
         # Every MoE layer of a forward captures the same token count: the per-column views of the
-        # staging rows are built once per batch size, not once per layer (capture() runs per layer).
+        # staging are built once per batch size, not once per layer (capture() runs per layer).
         self._views: Dict[int, list] = {}
         self._seen_tokens = _NO_TOKENS
         self.stats = CaptureStats()
@@ -193,14 +203,14 @@ class RoutingCapturer:
         n = topk_indices.shape[0]
         views = self._views.get(n)
         if views is None:
-            if n > self.staging.shape[0]:
+            if n > self.max_tokens:
                 raise StagingOverflow(
-                    f"a forward routed {n} tokens but the capture staging holds {self.staging.shape[0]} "
+                    f"a forward routed {n} tokens but the capture staging holds {self.max_tokens} "
                     f"(sized from the server's chunked-prefill / max-running-requests limits)"
                 )
             if len(self._views) >= _VIEW_CACHE:
                 self._views.clear()
-            views = self._views[n] = [self.staging[:n, c, :] for c in range(self.num_moe)]
+            views = self._views[n] = list(self.staging[:, :n].unbind(0))
         # Upstream may append fused shared-expert columns after the routed ones.
         views[col].copy_(topk_indices if topk_indices.shape[1] == self.topk else topk_indices[:, : self.topk])
         if n < self._seen_tokens:
@@ -223,20 +233,28 @@ class RoutingCapturer:
         self._seen_tokens = _NO_TOKENS
         if not n:
             return None
-        rows = self.staging[:n] if complete else None
+        rows = self._rows_of(n) if complete else None
         if complete:
             self.stats.main_forwards += 1
             self.stats.main_rows_written += n
         else:
             self.stats.rows_invalidated += n
         if no_copy_to_cpu:
-            # Clone: the next overlapped forward reuses the staging buffer before the copy runs.
+            # Clone: the next overlapped forward reuses the row buffer before the copy runs.
             self.stats.deferred_copies += 1
-            self._open = DeferredRows(loc=loc.clone(), rows=None if rows is None else rows.clone(), capturer=self)
+            rows = None if rows is None else rows.clone()
+            self._open = DeferredRows(loc=loc.clone(), rows=rows, capturer=self)
             return self._open
         self.stats.blocking_copies += 1
         self._store(loc, rows)
         return None
+
+    def _rows_of(self, n: int) -> torch.Tensor:
+        """The staged forward as contiguous rows [n, n_moe, topk] (in the row buffer)."""
+        if self._staging_words is None:
+            return self._rows[:n].copy_(self.staging[:, :n].transpose(0, 1))
+        self._rows_words[:n].copy_(self._staging_words[:, :n].transpose(0, 1))
+        return self._rows[:n]
 
     def _store(self, loc: torch.Tensor, rows: Optional[torch.Tensor]) -> None:
         idx = loc.to("cpu").long()
@@ -248,6 +266,7 @@ class RoutingCapturer:
 
     def destroy(self) -> None:
         self._views = {}
+        self._staging_words = self._rows_words = self._rows = None
         self.host = None
         self.written = None
         self.staging = None
@@ -256,8 +275,9 @@ class RoutingCapturer:
     def rows_for_slots(self, slots: torch.Tensor):
         """(rows [len(slots), n_moe, topk] copied, number of those slots with no captured row)."""
         idx = slots.to("cpu").long()
-        missing = int(idx.numel() - int(self.written[idx].sum()))
-        return self.host[idx].clone(), missing
+        marks = self.written[idx]
+        missing = 0 if bool(marks.all()) else int(idx.numel() - int(marks.sum()))
+        return self.host[idx], missing  # advanced indexing already copies
 
     def move_rows(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         """Follow a KV move inside a request (tree drafting keeps accepted tokens' KV at new slots)."""
@@ -282,5 +302,15 @@ class RoutingCapturer:
     def host_bytes_per_slot(self) -> int:
         return self.num_moe * self.topk * self.host.element_size() + self.written.element_size()
 
+    @property
+    def max_tokens(self) -> int:
+        """Tokens one forward may route (the staging size fixed at start-up)."""
+        return self.staging.shape[1]
+
     def staging_ptr(self) -> int:
-        return self.staging.untyped_storage().data_ptr()
+        """Where the buffers the forward path writes live: staging and row buffer, one address.
+
+        Both are allocated once (CUDA graphs keep writing where they were recorded); a change of
+        either changes this value.
+        """
+        return hash((self.staging.untyped_storage().data_ptr(), self._rows.untyped_storage().data_ptr()))

@@ -20,11 +20,10 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import torch
 
 from sglang_r3.capture import CaptureViolation, RoutingCapturer, encode_payload
 from sglang_r3.capture.capturer import CAPTURE_MODE_CODES
-from sglang_r3.capture.transport import RoutingUnavailable
+from sglang_r3.capture.transport import PayloadBytes, RoutingUnavailable
 from sglang_r3.patches.metrics import metrics
 from sglang_r3.patches.runtime import capturer as _capturer, layout_of
 from sglang_r3.record import token_digest
@@ -137,7 +136,7 @@ def _init_draft_runner(runner) -> None:
         return
     from sglang_r3.patches import draft as draft_patch
 
-    draft_patch.attach_draft_runner(cap, runner, routers, max_tokens=cap.staging.shape[0])
+    draft_patch.attach_draft_runner(cap, runner, routers, max_tokens=cap.max_tokens)
 
 
 def capture_routed_experts_if_allowed(topk_config, layer_id, topk_ids) -> None:
@@ -181,7 +180,7 @@ def maybe_collect_routed_experts(original, self, req):
     if rows.dtype == np.int16:
         rows = rows.view(np.uint16)
     payload = encode_payload(start, rows, mtp, tokens_digest=token_digest(tokens), error=error)
-    req.routed_experts = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    req.routed_experts = PayloadBytes(payload)
     _export_counters(cap)
     return None
 
@@ -208,7 +207,7 @@ def get_internal_state(result, self, *args, **kwargs):
             "layout": cap.layout.fingerprint,
             "mode": cap.mode,
             "host_bytes_per_slot": cap.host_bytes_per_slot(),
-            "staging_tokens": int(cap.staging.shape[0]),
+            "staging_tokens": int(cap.max_tokens),
             "staging_ptr": cap.staging_ptr(),
             **cap.stats.as_dict(),
             **({"draft": cap.draft.stats()} if cap.draft is not None else {}),
