@@ -5,7 +5,7 @@ in-process ``sglang.Engine``) reads outputs through
 ``TokenizerManager._stream_one_response``; this hook rewrites
 ``meta_info["routed_experts"]`` there, so no consumer ever sees our internal payload:
 
-* our ``/generate`` (it sets ``NATIVE_ROUTING``) gets the decoded ``CapturedRouting``
+* our ``/generate`` (it sets ``NATIVE_ROUTING``) gets the still-encoded payload (``EncodedRouting``)
   and builds the record it was asked for (server/routes.py);
 * everyone else gets upstream's base64 int32 ``[T-1, num_hidden_layers, topk]`` in
   ``routed_experts`` plus the role-tagged record (JSON form) in ``routing``;
@@ -17,12 +17,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Optional
 
-import pybase64  # SIMD base64 (a dependency of sglang): ~10x the stdlib on a 32k-token payload
+import pybase64
 
 from sglang_r3.capture.transport import (
     NATIVE_ROUTING,
     CapturedRouting,
-    decode_payload,
+    EncodedRouting,
     to_upstream_routed_experts,
 )
 from sglang_r3.layout import ModelLayout
@@ -70,22 +70,19 @@ def refuse(meta: Dict[str, Any], captured: CapturedRouting) -> None:
         m.refusals.labels(code=captured.error.code).inc()
 
 
-def decode_meta_payload(raw: Any) -> CapturedRouting:
-    if isinstance(raw, str):
-        raw = pybase64.b64decode(raw)
-    elif hasattr(raw, "numpy"):  # BatchTokenIDOutput (skip_tokenizer_init) carries the tensor itself
-        raw = raw.numpy().tobytes()
-    return decode_payload(bytes(raw))
 
 
 def _to_contract(tm, out: Any) -> Any:
     meta = out.get("meta_info") if isinstance(out, dict) else None
     if not isinstance(meta, dict) or meta.get("routed_experts") is None:
         return out
-    captured = decode_meta_payload(meta.pop("routed_experts"))
+    raw = meta.pop("routed_experts")
     if NATIVE_ROUTING.get():
-        meta["routed_experts"] = captured  # server/routes.py builds what the request asked for
+        # server/routes.py decodes it and builds what the request asked for, in a worker thread: this
+        # runs on the event loop, once per finished request, and many may finish in one iteration.
+        meta["routed_experts"] = EncodedRouting(raw)
         return out
+    captured = EncodedRouting(raw).decode()
     if captured.error is not None:
         refuse(meta, captured)
         return out
