@@ -182,6 +182,30 @@ def distinct_prompts(seed: int, n: int, chars: int) -> List[str]:
     return out
 
 
+def pin_server_cores(urls: Sequence[str]) -> Dict[str, Any]:
+    """Each server's scheduler on core 0, its HTTP and detokenizer processes (and this client) on core 1.
+
+    On a 2-core host the scheduler otherwise shares its core with whatever the HTTP side does at that
+    moment, and the time it then loses is charged to the scheduler's own CPU time through cache and
+    SMT interference; on a GPU host the scheduler does not share cores with the tokenizer either.
+    Both sides are pinned alike. Returns what was done (nothing on a host with fewer than 2 cores).
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return {"pinned": False}
+    sched, rest = {cores[0]}, set(cores[1:])
+    for url in urls:
+        for p in server_processes(url):
+            target = sched if p.name() == "sglang::scheduler" else rest
+            for tid in os.listdir(f"/proc/{p.pid}/task"):
+                try:
+                    os.sched_setaffinity(int(tid), target)
+                except OSError:
+                    pass
+    os.sched_setaffinity(0, rest)
+    return {"pinned": True, "scheduler_cores": sorted(sched), "other_cores": sorted(rest)}
+
+
 def measure_vs_plain(
     plain_url: str,
     r3_url: str,
@@ -190,20 +214,21 @@ def measure_vs_plain(
     max_rounds: int = 40,
     budget_s: float = 300.0,
 ) -> Dict[str, Any]:
-    """Interleaved rounds: each round sends every workload to each side with fresh distinct prompts (same
-    prompts on every side of the round), one side at a time (the idle server sleeps: --sleep-on-idle).
+    """Interleaved rounds: each round sends every workload to each side, one side at a time (the idle
+    server sleeps: --sleep-on-idle), in rotated order. Every side gets the same fresh distinct prompts,
+    with its server's prefix cache flushed first (``POST /flush_cache``), so every side computes every
+    token and, greedy, produces the same output ids (checked: ``same_output_ids``).
     Sides: ``plain`` (SGLang without R3, no routing asked), ``main`` (ours, ``return_routing: true``) and
-    ``main+mtp`` (ours, ``return_routing: {"mtp": true}``); ours runs as shipped (default capture mode).
+    ``main+mtp`` (ours, ``return_routing: {"mtp": true}``); ours runs as shipped.
     Ratio per round and workload: server CPU seconds of ours / plain; key: median with bootstrap 95% CI."""
     from benchmarks.stats import bootstrap_ci, ratio_ci
 
-    # "main@mode=main": the same main request with the server's capture mode switched to "main" (no MTP
-    # capture) for that request only: what a main request costs once MTP capture is per request.
-    sides = {"plain": (plain_url, None), "main": (r3_url, True), "main+mtp": (r3_url, {"mtp": True}),
-             "main@mode=main": (r3_url, True)}
+    sides = {"plain": (plain_url, None), "main": (r3_url, True), "main+mtp": (r3_url, {"mtp": True})}
+    pinning = pin_server_cores([plain_url, r3_url])
     procs = {u: server_processes(u) for u in {plain_url, r3_url}}
     cpu = {w: {s: [] for s in sides} for w in workloads}
     wall = {w: {s: [] for s in sides} for w in workloads}
+    same = {w: {s: 0 for s in sides if s != "plain"} for w in workloads}
     clients = {u: httpx.Client(base_url=u, timeout=900) for u in procs}
     t_start, rnd = time.monotonic(), -1  # round -1: warm-up, dropped
     names = list(sides)
@@ -212,45 +237,47 @@ def measure_vs_plain(
             for w, (batch, chars, new) in workloads.items():
                 prompts = distinct_prompts(1000 * (rnd + 2) + len(w), batch, chars)
                 order = names[max(rnd, 0) % len(names):] + names[: max(rnd, 0) % len(names)]
+                outputs = {}
                 for side in order:
                     url, routing = sides[side]
                     body = {"text": prompts, "sampling_params": {"temperature": 0, "max_new_tokens": new, "ignore_eos": True}}
                     if routing is not None:
                         body["return_routing"] = routing
-                    # the same prompts (and lengths) on every side, but no side may hit a cache another filled
-                    body["text"] = [f"{names.index(side)}|{p}" for p in prompts]
-                    if side == "main@mode=main":
-                        _set_mode(clients[url], "main")
+                    clients[url].post("/flush_cache", params={"timeout": 60}).raise_for_status()  # waits for idle
                     c0, t0 = _cpu_seconds(procs[url]), time.perf_counter()
                     r = clients[url].post("/generate", json=body)
                     dt, dc = time.perf_counter() - t0, _cpu_seconds(procs[url]) - c0
-                    if side == "main@mode=main":
-                        _set_mode(clients[url], "main+mtp")  # the server's default
                     r.raise_for_status()
                     out = r.json()
                     if routing is not None:
                         assert all("routing" in o["meta_info"] for o in out), "a routed request came back without routing"
+                    outputs[side] = [o["output_ids"] for o in out]
                     if rnd >= 0:
                         cpu[w][side].append(dc)
                         wall[w][side].append(dt)
+                if rnd >= 0:
+                    for side in same[w]:
+                        same[w][side] += outputs[side] == outputs["plain"]
             rnd += 1
             if rnd >= max_rounds or (rnd >= min_rounds and time.monotonic() - t_start > budget_s):
                 break
     finally:
         for c in clients.values():
             c.close()
-    res: Dict[str, Any] = {"rounds": rnd, "workloads": {k: dict(zip(("batch", "prompt_tokens", "max_new_tokens"), v)) for k, v in workloads.items()}}
+    res: Dict[str, Any] = {"rounds": rnd, "cores": pinning,
+                           "workloads": {k: dict(zip(("batch", "prompt_tokens", "max_new_tokens"), v)) for k, v in workloads.items()}}
     for w in workloads:
         res[w] = {
             "cpu_s": {s: {k: round(v, 4) for k, v in bootstrap_ci(cpu[w][s]).items() if k != "n"} for s in sides},
             "wall_s": {s: {k: round(v, 4) for k, v in bootstrap_ci(wall[w][s]).items() if k != "n"} for s in sides},
             "cpu_ratio": {s: ratio_ci(cpu[w][s], cpu[w]["plain"]) for s in sides if s != "plain"},
             "wall_ratio": {s: ratio_ci(wall[w][s], wall[w]["plain"]) for s in sides if s != "plain"},
+            # rounds in which the side's output ids equalled plain SGLang's, token for token
+            "same_output_ids": {s: f"{n}/{rnd}" for s, n in same[w].items()},
         }
     # Both workloads pooled: one ratio per (round, workload)
     for s in [x for x in sides if x != "plain"]:
         num = [x for w in workloads for x in cpu[w][s]]
         den = [x for w in workloads for x in cpu[w]["plain"]]
-        ci = ratio_ci(num, den)
-        res[f"pooled_cpu_ratio_{s}"] = ci
+        res[f"pooled_cpu_ratio_{s}"] = ratio_ci(num, den)
     return res

@@ -168,26 +168,6 @@ def ours_slime_adapter(records: List[RoutingRecord], tokens: List[torch.Tensor],
     return [r.got for r in replays]
 
 
-def ours_slime_adapter_proposed(records: List[RoutingRecord], tokens: List[torch.Tensor], layout: ModelLayout) -> List[torch.Tensor]:
-    """``fill_slime_replays`` with the change proposed in benchmarks/README.md (slime_adapter.py is not the
-    benchmark's to edit): the per-layer compact copies come from one layer-major transpose that moves each
-    (row, layer) group of topk ids as one machine word (as ``PackedRows.layer_tensors`` already does), instead
-    of one strided gather per layer. Same checks (``check_records``), same packing, same tensors."""
-    from sglang_r3.trainer.packing import TokenLayout, pack_rows
-    from sglang_r3.trainer.validate import check_records
-
-    check_records(records, tokens, layout, None)
-    e = pack_rows([r.experts for r in records], layout.num_experts, TokenLayout()).experts
-    rows, layers, topk = e.shape
-    group = topk * e.itemsize
-    word = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(group, np.dtype((np.void, group)))
-    layer_major = np.ascontiguousarray(e.reshape(rows, layers * topk).view(word).T).view(e.dtype).reshape(layers, rows, topk)
-    replays = [_Replay() for _ in layout.moe_layer_ids]
-    for obj, t in zip(replays, torch.from_numpy(layer_major).unbind(0)):
-        obj.record(t)
-    return [r.got for r in replays]
-
-
 def ours_filler_pack(records: List[RoutingRecord], tokens: List[torch.Tensor], layout: ModelLayout) -> List[torch.Tensor]:
     """sglang_r3/trainer/filler.py ReplayFiller.pack (check_records + pack_rows), then PackedRows.layer_tensors():
     the int64 tensors ReplayFiller.fill hands to Megatron's RouterReplay. ``pack`` is called on a stand-in for
@@ -197,7 +177,7 @@ def ours_filler_pack(records: List[RoutingRecord], tokens: List[torch.Tensor], l
     from sglang_r3.trainer.filler import ReplayFiller
     from sglang_r3.trainer.packing import TokenLayout
 
-    me = SimpleNamespace(layout=layout, weight_version=None, token_layout=TokenLayout)
+    me = SimpleNamespace(layout=layout, weight_version=None, allow_mixed_versions=False, token_layout=TokenLayout)
     return ReplayFiller.pack(me, records, tokens).layer_tensors()
 
 
@@ -246,8 +226,6 @@ def run_shape(shape: Shape, lengths: List[int], repeats: int) -> Dict[str, Any]:
         "ours_json": lambda: ours_batch(b["ours_json"], tokens, layout, False, ours_slime_adapter),
         "ours_msgpack": lambda: ours_batch(b["ours_msgpack"], tokens, layout, True, ours_slime_adapter),
         "ours_json_filler_int64": lambda: ours_batch(b["ours_json"], tokens, layout, False, ours_filler_pack),
-        "ours_json_proposed": lambda: ours_batch(b["ours_json"], tokens, layout, False, ours_slime_adapter_proposed),
-        "ours_msgpack_proposed": lambda: ours_batch(b["ours_msgpack"], tokens, layout, True, ours_slime_adapter_proposed),
     }
     # Same output: every path ends at one [rows, topk] tensor per decoder MoE layer with the same ids
     # (slime records int32, our slime adapter the records' uint8/uint16, the filler int64 for RouterReplay).
@@ -306,6 +284,4 @@ def run(repeats: int = 5, n_mixed: int = 64, long: int = 32768, shapes=None) -> 
         "decode_bind_speedup_vs_slime": worst("ours_json"),
         "decode_bind_speedup_vs_slime_msgpack": worst("ours_msgpack"),
         "decode_bind_speedup_vs_slime_filler_int64": worst("ours_json_filler_int64"),
-        "decode_bind_speedup_vs_slime_proposed_adapter": worst("ours_json_proposed"),
-        "decode_bind_speedup_vs_slime_msgpack_proposed_adapter": worst("ours_msgpack_proposed"),
     }

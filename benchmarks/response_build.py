@@ -1,22 +1,21 @@
 """Response building: a finished request's routing from the scheduler's payload to bytes on the wire.
 
-Both sides start from the tensor the scheduler puts in ``req.routed_experts`` and end at the HTTP body:
+Both sides start from what the scheduler puts in ``req.routed_experts`` and end at the HTTP body:
 
 * upstream SGLang 0.5.23: int32 ``[T-1, num_hidden_layers, topk]`` (``BaseTopkCapturer.get_topk``) ->
   ``DetokenizerManager._b64_encode_per_request`` (pybase64 of the tensor bytes, detokenizer process) ->
   ``meta_info["routed_experts"]`` -> ``orjson_response`` (``dumps_json``) in the HTTP process.
 * ours: the msgpack payload (``capture/transport.encode_payload``, built at collect time in the scheduler)
-  as a uint8 tensor -> the same detokenizer base64 -> ``patches/responses._to_contract`` (base64 decode +
-  ``decode_payload``) -> ``server/routes.attach_routing`` (record, ``to_wire``) -> ``routes._respond``
-  (orjson or msgpack). These are the functions our HTTP process runs, called directly.
-
-``proposed`` is ours with ``decode_meta_payload`` decoding base64 with pybase64 instead of the stdlib
-(the one-line change to sglang_r3/patches/responses.py proposed in benchmarks/README.md).
+  as ``PayloadBytes`` -> the same detokenizer base64 -> ``patches/responses._to_contract`` (the
+  TokenizerManager hook: keeps the payload encoded for our /generate) -> ``server/routes.attach_all``
+  (pybase64 decode, ``decode_payload``, record, ``to_wire``) -> ``routes._respond`` (orjson or msgpack).
+  These are the functions our HTTP process runs, called directly.
 
 Event-loop stall: 64 requests of 4k tokens finish in one batch. The TokenizerManager's handle loop sets
-all 64 events in one pass, so all 64 coroutines are ready in the same loop iteration, and each runs its
-HTTP-process part (``_to_contract`` + ``attach_routing`` + ``_respond``) as one synchronous step, as in the
-server; a 1 ms heartbeat task on the same asyncio loop records how late it wakes. The stall is its p99.
+all 64 events in one pass, so all 64 coroutines are ready in the same loop iteration. Each runs what the
+server runs for it: upstream, ``orjson_response`` on the loop (SGLang's handler); ours, ``_to_contract``
+on the loop (the hook), then ``routes.respond_routed`` (record and body built in worker threads). A 1 ms
+heartbeat task on the same asyncio loop records how late it wakes; the stall is its p99.
 """
 
 from __future__ import annotations
@@ -31,12 +30,12 @@ import torch
 
 from benchmarks.shapes import GLM45, Shape, synthetic_record, upstream_routed_experts
 from benchmarks.stats import bootstrap_ci, ratio_ci
-from sglang_r3.capture.transport import NATIVE_ROUTING, encode_payload
+from sglang_r3.capture.transport import NATIVE_ROUTING, PayloadBytes, encode_payload
 
 
 def _payloads(shape: Shape, rows: int, seed: int = 0):
     rec = synthetic_record(shape, rows, seed=seed)
-    ours = torch.frombuffer(bytearray(encode_payload(0, rec.experts, None, tokens_digest="0" * 32)), dtype=torch.uint8)
+    ours = PayloadBytes(encode_payload(0, rec.experts, None, tokens_digest="0" * 32))
     up = torch.from_numpy(upstream_routed_experts(rec, shape))
     return ours, up
 
@@ -63,26 +62,28 @@ class _TM:
         self.layout = layout
 
 
-def _http_part(out: Dict[str, Any], layout, binary: bool, proposed: bool) -> bytes:
-    from server.routes import _respond, attach_routing
-    from server.schemas import RoutingOptions
+def _tm_hook(out: Dict[str, Any]) -> Dict[str, Any]:
+    """What the TokenizerManager hook does with a finished output of our /generate (on the event loop)."""
     from sglang_r3.patches import responses
 
     token = NATIVE_ROUTING.set(True)
     try:
-        if proposed:
-            meta = out["meta_info"]
-            meta["routed_experts"] = pybase64.b64decode(meta["routed_experts"])
-        responses._to_contract(None, out)
+        return responses._to_contract(None, out)
     finally:
         NATIVE_ROUTING.reset(token)
-    attach_routing(out, RoutingOptions.model_validate({"return_routing": True}), layout, binary)
-    return _respond(out, binary).body
 
 
-def ours_path(payload: torch.Tensor, rows: int, layout, binary: bool, proposed: bool = False) -> bytes:
+def _options():
+    from server.schemas import RoutingOptions
+
+    return RoutingOptions.model_validate({"return_routing": True})
+
+
+def ours_path(payload, rows: int, layout, binary: bool) -> bytes:
+    from server.routes import _respond, attach_all
+
     out = {"text": "", "output_ids": [], "meta_info": {**_meta(rows), "routed_experts": _detok(payload)}}
-    return _http_part(out, layout, binary, proposed)
+    return _respond(attach_all(_tm_hook(out), _options(), layout, binary), binary).body
 
 
 def build_time(shape: Shape = GLM45, rows: int = 32767, repeats: int = 7) -> Dict[str, Any]:
@@ -92,8 +93,6 @@ def build_time(shape: Shape = GLM45, rows: int = 32767, repeats: int = 7) -> Dic
         "upstream_json": lambda: upstream_path(up, rows),
         "ours_json": lambda: ours_path(ours, rows, layout, False),
         "ours_msgpack": lambda: ours_path(ours, rows, layout, True),
-        "ours_json_proposed": lambda: ours_path(ours, rows, layout, False, True),
-        "ours_msgpack_proposed": lambda: ours_path(ours, rows, layout, True, True),
     }
     sizes = {k: len(f()) for k, f in paths.items()}  # warm-up, and the bytes each side puts on the wire
     names = list(paths)
@@ -110,12 +109,13 @@ def build_time(shape: Shape = GLM45, rows: int = 32767, repeats: int = 7) -> Dic
     }
 
 
-def event_loop_stall(shape: Shape = GLM45, n_requests: int = 64, tokens: int = 4096, binary: bool = False,
-                     proposed: bool = False) -> Dict[str, Any]:
-    """proposed: pybase64 decode, and the routing part built in a worker thread (``asyncio.to_thread``) so
-    the loop keeps serving while 64 records are built (the routes.py change proposed in the README)."""
-    layout = shape.layout()
-    payloads = [_payloads(shape, tokens - 1, seed=i)[0] for i in range(n_requests)]
+def event_loop_stall(shape: Shape = GLM45, n_requests: int = 64, tokens: int = 4096, side: str = "json") -> Dict[str, Any]:
+    """side: ``json`` / ``msgpack`` (ours), or ``upstream`` (int32 routed_experts through SGLang's handler)."""
+    from server.routes import respond_routed
+    from sglang.srt.utils.json_response import orjson_response
+
+    layout, opts = shape.layout(), _options()
+    payloads = [_payloads(shape, tokens - 1, seed=i)[side == "upstream"] for i in range(n_requests)]
     detoks = [_detok(p) for p in payloads]  # detokenizer process: not on the HTTP loop
 
     async def main():
@@ -131,9 +131,11 @@ def event_loop_stall(shape: Shape = GLM45, n_requests: int = 64, tokens: int = 4
         async def request(i):
             await asyncio.sleep(0)  # woken by the TokenizerManager's handle loop
             out = {"text": "", "output_ids": [], "meta_info": {**_meta(tokens - 1), "routed_experts": detoks[i]}}
-            if proposed:
-                return await asyncio.to_thread(_http_part, out, layout, binary, True)
-            return _http_part(out, layout, binary, False)
+            if side == "upstream":
+                resp = orjson_response(out)
+            else:
+                resp = await respond_routed(_tm_hook(out), opts, layout, side == "msgpack")
+            return len(resp.body)  # the server writes the body out and drops it; holding 64 would not be the server
 
         hb = asyncio.create_task(heartbeat())
         await asyncio.sleep(0.01)
@@ -145,7 +147,7 @@ def event_loop_stall(shape: Shape = GLM45, n_requests: int = 64, tokens: int = 4
         return late, wall
 
     late, wall = asyncio.run(main())
-    return {"requests": n_requests, "tokens": tokens, "binary": binary, "proposed": proposed,
+    return {"requests": n_requests, "tokens": tokens, "side": side,
             "stall_p99_ms": round(float(np.percentile(late, 99)), 2), "stall_max_ms": round(max(late), 2),
             "all_done_s": round(wall, 3)}
 
@@ -153,15 +155,15 @@ def event_loop_stall(shape: Shape = GLM45, n_requests: int = 64, tokens: int = 4
 def run(quick: bool = True) -> Dict[str, Any]:
     torch.set_num_threads(1)
     b = build_time(repeats=5 if quick else 11)
-    stalls = {f"{'msgpack' if bi else 'json'}{'_proposed' if pr else ''}": event_loop_stall(binary=bi, proposed=pr)
-              for bi in (False, True) for pr in (False, True)}
+    stalls = {side: event_loop_stall(side=side) for side in ("json", "msgpack", "upstream")}
     return {
         "build": b,
         "stall": stalls,
         "response_build_ms_per_1k_tokens": b["ms_per_1k_tokens"]["ours_json"]["value"],
         "response_build_ms_per_1k_tokens_msgpack": b["ms_per_1k_tokens"]["ours_msgpack"]["value"],
         "response_build_ms_per_1k_tokens_upstream": b["ms_per_1k_tokens"]["upstream_json"]["value"],
-        "event_loop_stall_p99_ms": stalls["json"]["stall_p99_ms"],
+        "event_loop_stall_p99_ms": max(stalls["json"]["stall_p99_ms"], stalls["msgpack"]["stall_p99_ms"]),
+        "event_loop_stall_p99_ms_upstream": stalls["upstream"]["stall_p99_ms"],
     }
 
 
