@@ -225,6 +225,8 @@ def test_draft_entries_are_filed_only_for_requests_that_asked_for_the_mtp_sectio
     assert mtp.positions.tolist() == [13, 14, 15]
     assert mtp.experts.astype("int32").tolist() == ids[3:].tolist()
     draft.forget([1])  # the row is freed: its next request starts unmarked
-    draft.capture(topk_config, ids[:3])
+    staged = draft.staging.clone()
+    draft.capture(topk_config, ids[:3])  # nobody wants the MTP section now: not even staged
+    assert not draft.has_staged() and torch.equal(draft.staging, staged)
     draft.file_forward([1], [3], [3], torch.arange(3), torch.arange(3), step=0)
     assert draft.collect(1, seqlen=100) is None

@@ -127,6 +127,8 @@ class DraftCapturer:
         depth = self.depth_of_config.get(id(topk_config))
         if depth is None:
             return  # a router we were not told about (not an MTP router): never filed
+        if self.per_request and not self._wanted and not self._recording_graph():
+            return  # no live request asked for the MTP section; a graph being recorded still records the copy
         n = topk_ids.shape[0]
         if n > self.staging.shape[1]:
             raise RuntimeError(
@@ -136,6 +138,9 @@ class DraftCapturer:
         self.staging[depth - 1, :n] = topk_ids[:, : self.topk]
         self._staged[depth] = n
         self._graph_depths[depth] = n
+
+    def _recording_graph(self) -> bool:
+        return self.staging.is_cuda and torch.cuda.is_current_stream_capturing()
 
     def has_pending(self) -> bool:
         return bool(self._pending)
