@@ -68,12 +68,7 @@ def _stats(client: httpx.Client) -> Dict[str, Any]:
 
 
 def _set_mode(client: httpx.Client, mode: str) -> Dict[str, Any]:
-    """Switch, then confirm from /routing/stats (the scheduler's own report) and return those stats.
-
-    The confirmation does not rely on the POST's status: in this tree ``POST /routing/capture`` answers
-    400 even when the scheduler applied the change (TokenizerManager.set_internal_state returns plain
-    bools; routes.py looks for ``.updated`` on them).
-    """
+    """Switch, then confirm from /routing/stats (the scheduler's own report) and return those stats."""
     r = client.post("/routing/capture", json={"mode": mode})
     stats = _stats(client)
     if stats.get("mode") != mode:
