@@ -208,8 +208,12 @@ def measure_vs_plain(
     min_rounds: int = 4,
     max_rounds: int = 40,
     budget_s: float = 300.0,
+    pin: bool = True,
 ) -> Dict[str, Any]:
-    """Interleaved rounds: each round sends every workload to each side, one side at a time (the idle
+    """pin: ``pin_server_cores`` first (for servers started with one compute thread, as run.py starts
+    them; a server computing with two threads must not be squeezed onto one core).
+
+    Interleaved rounds: each round sends every workload to each side, one side at a time (the idle
     server sleeps: --sleep-on-idle), in rotated order. Every side gets the same fresh distinct prompts,
     with its server's prefix cache flushed first (``POST /flush_cache``), so every side computes every
     token and, greedy, produces the same output ids (checked: ``same_output_ids``).
@@ -219,7 +223,7 @@ def measure_vs_plain(
     from benchmarks.stats import bootstrap_ci, ratio_ci
 
     sides = {"plain": (plain_url, None), "main": (r3_url, True), "main+mtp": (r3_url, {"mtp": True})}
-    pinning = pin_server_cores([plain_url, r3_url])
+    pinning = pin_server_cores([plain_url, r3_url]) if pin else {"pinned": False}
     procs = {u: server_processes(u) for u in {plain_url, r3_url}}
     cpu = {w: {s: [] for s in sides} for w in workloads}
     wall = {w: {s: [] for s in sides} for w in workloads}

@@ -106,6 +106,7 @@ def step(log: Dict[str, float], name: str, fn, *a, **kw):
 
 def run(args) -> Dict[str, Any]:
     from benchmarks import capture_overhead, capture_path, decode_bind, host_memory, response_build, wire_size
+    from sglang_r3.cpu import has_gpu
 
     t0 = time.monotonic()
     res: Dict[str, Any] = {"quick": args.quick, "machine": machine()}
@@ -136,6 +137,7 @@ def run(args) -> Dict[str, Any]:
             res["capture_overhead"] = timed(
                 "capture_overhead (ours vs SGLang without R3, interleaved)", capture_overhead.measure_vs_plain,
                 urls["plain"], urls["r3"], wl, min_rounds=4, max_rounds=60, budget_s=150.0 if args.quick else 900.0,
+                pin=len(procs) == 2 and not has_gpu(),  # only CPU servers this run started (one compute thread each)
             )
         if "r3" in urls:
             res["wire_size"]["live_embedded_server"] = timed(
