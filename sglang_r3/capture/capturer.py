@@ -147,7 +147,6 @@ class RoutingCapturer:
         word = _WORDS.get(self.topk * self.staging.element_size())
         self._staging_words = None if word is None else self.staging.view(word)
         self._rows = torch.empty((max_batch_tokens, self.num_moe, self.topk), dtype=self.dtype, device=self.device)
-        self._rows_words = None if word is None else self._rows.view(word)
         # Every MoE layer of a forward captures the same token count: the per-column views of the
         # staging are built once per batch size, not once per layer (capture() runs per layer).
         self._views: Dict[int, list] = {}
@@ -233,28 +232,30 @@ class RoutingCapturer:
         self._seen_tokens = _NO_TOKENS
         if not n:
             return None
-        rows = self._rows_of(n) if complete else None
+        # Under the overlap scheduler the next forward reuses staging and row buffer before the host copy
+        # runs: the rows then go straight into a fresh tensor (one copy, not a copy and a clone).
+        rows = self._rows_of(n, fresh=no_copy_to_cpu) if complete else None
         if complete:
             self.stats.main_forwards += 1
             self.stats.main_rows_written += n
         else:
             self.stats.rows_invalidated += n
         if no_copy_to_cpu:
-            # Clone: the next overlapped forward reuses the row buffer before the copy runs.
             self.stats.deferred_copies += 1
-            rows = None if rows is None else rows.clone()
             self._open = DeferredRows(loc=loc.clone(), rows=rows, capturer=self)
             return self._open
         self.stats.blocking_copies += 1
         self._store(loc, rows)
         return None
 
-    def _rows_of(self, n: int) -> torch.Tensor:
-        """The staged forward as contiguous rows [n, n_moe, topk] (in the row buffer)."""
+    def _rows_of(self, n: int, fresh: bool = False) -> torch.Tensor:
+        """The staged forward as contiguous rows [n, n_moe, topk]: in the row buffer, or (``fresh``) in
+        a tensor of their own."""
+        dst = torch.empty_like(self._rows[:n]) if fresh else self._rows[:n]
         if self._staging_words is None:
-            return self._rows[:n].copy_(self.staging[:, :n].transpose(0, 1))
-        self._rows_words[:n].copy_(self._staging_words[:, :n].transpose(0, 1))
-        return self._rows[:n]
+            return dst.copy_(self.staging[:, :n].transpose(0, 1))
+        dst.view(self._staging_words.dtype).copy_(self._staging_words[:, :n].transpose(0, 1))
+        return dst
 
     def _store(self, loc: torch.Tensor, rows: Optional[torch.Tensor]) -> None:
         idx = loc.to("cpu").long()
@@ -266,7 +267,7 @@ class RoutingCapturer:
 
     def destroy(self) -> None:
         self._views = {}
-        self._staging_words = self._rows_words = self._rows = None
+        self._staging_words = self._rows = None
         self.host = None
         self.written = None
         self.staging = None

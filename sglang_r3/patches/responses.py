@@ -70,16 +70,15 @@ def refuse(meta: Dict[str, Any], captured: CapturedRouting) -> None:
         m.refusals.labels(code=captured.error.code).inc()
 
 
-
-
 def _to_contract(tm, out: Any) -> Any:
     meta = out.get("meta_info") if isinstance(out, dict) else None
     if not isinstance(meta, dict) or meta.get("routed_experts") is None:
         return out
     raw = meta.pop("routed_experts")
     if NATIVE_ROUTING.get():
-        # server/routes.py decodes it and builds what the request asked for, in a worker thread: this
-        # runs on the event loop, once per finished request, and many may finish in one iteration.
+        # server/routes.respond_routed decodes it and builds what the request asked for (on its builder
+        # thread when long): this runs on the event loop, once per finished request, and many may
+        # finish in one iteration.
         meta["routed_experts"] = EncodedRouting(raw)
         return out
     captured = EncodedRouting(raw).decode()

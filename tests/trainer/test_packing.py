@@ -99,3 +99,17 @@ def test_allgather_cp_packs_then_splits_evenly():
 def test_from_megatron_reads_parallel_state(megatron_cpu):
     tl = TokenLayout.from_megatron(data_pad_size_multiplier=8)
     assert (tl.tp_size, tl.cp_size, tl.tp_rank, tl.cp_rank, tl.data_pad_size_multiplier) == (1, 1, 0, 0, 8)
+
+
+@pytest.mark.parametrize("dtype,topk", [(np.uint8, 8), (np.uint8, 4), (np.uint8, 6), (np.uint16, 8), (np.uint16, 2)])
+def test_layer_major_equals_numpys_own_transpose(dtype, topk):
+    # Word-wise (top-8/4 uint8, top-2 uint16) and void-item (top-6 uint8, top-8 uint16) paths alike.
+    from sglang_r3.trainer.packing import PackedRows, layer_major
+
+    ids = np.random.default_rng(topk).integers(0, 200, (37, 5, topk)).astype(dtype)
+    got = layer_major(ids)
+    assert got.flags.c_contiguous and got.dtype == ids.dtype
+    assert np.array_equal(got, ids.transpose(1, 0, 2))
+    tensors = PackedRows(ids, np.ones(37, dtype=bool)).layer_tensors()
+    assert all(t.dtype == torch.int64 and t.is_contiguous() for t in tensors)
+    assert all(np.array_equal(t.numpy(), ids[:, c, :]) for c, t in enumerate(tensors))
