@@ -209,6 +209,7 @@ def measure_vs_plain(
     max_rounds: int = 40,
     budget_s: float = 300.0,
     pin: bool = True,
+    seed: int = 0,
 ) -> Dict[str, Any]:
     """pin: ``pin_server_cores`` first (for servers started with one compute thread, as run.py starts
     them; a server computing with two threads must not be squeezed onto one core).
@@ -219,9 +220,16 @@ def measure_vs_plain(
     token and, greedy, produces the same output ids (checked: ``same_output_ids``).
     Sides: ``plain`` (SGLang without R3, no routing asked), ``main`` (ours, ``return_routing: true``) and
     ``main+mtp`` (ours, ``return_routing: {"mtp": true}``); ours runs as shipped.
-    Ratio per round and workload: server CPU seconds of ours / plain; key: median with bootstrap 95% CI."""
-    from benchmarks.stats import bootstrap_ci, ratio_ci
+    Ratio per round and workload: server CPU seconds of ours / plain; key: median with bootstrap 95% CI.
+    ``seed``: prompts of a later server pair must differ from an earlier pair's (``pool``)."""
+    return summarize([pair_rounds(plain_url, r3_url, workloads, min_rounds, max_rounds, budget_s, pin, seed)], workloads)
 
+
+_SIDES = ("plain", "main", "main+mtp")
+
+
+def pair_rounds(plain_url, r3_url, workloads, min_rounds, max_rounds, budget_s, pin, seed) -> Dict[str, Any]:
+    """One server pair's interleaved rounds: raw per-round samples (see ``measure_vs_plain``)."""
     sides = {"plain": (plain_url, None), "main": (r3_url, True), "main+mtp": (r3_url, {"mtp": True})}
     pinning = pin_server_cores([plain_url, r3_url]) if pin else {"pinned": False}
     procs = {u: server_processes(u) for u in {plain_url, r3_url}}
@@ -234,7 +242,7 @@ def measure_vs_plain(
     try:
         while True:
             for w, (batch, chars, new) in workloads.items():
-                prompts = distinct_prompts(1000 * (rnd + 2) + len(w), batch, chars)
+                prompts = distinct_prompts(1000 * (rnd + 2) + len(w) + 10**6 * seed, batch, chars)
                 order = names[max(rnd, 0) % len(names):] + names[: max(rnd, 0) % len(names)]
                 outputs = {}
                 for side in order:
@@ -263,20 +271,36 @@ def measure_vs_plain(
     finally:
         for c in clients.values():
             c.close()
-    res: Dict[str, Any] = {"rounds": rnd, "cores": pinning,
+    return {"rounds": rnd, "cores": pinning, "cpu": cpu, "wall": wall, "same": same}
+
+
+def summarize(pairs: List[Dict[str, Any]], workloads: Dict[str, tuple]) -> Dict[str, Any]:
+    """Ratios with bootstrap 95% intervals over the rounds of every server pair (``pair_rounds`` results),
+    and each pair's own pooled ratio (``per_server_pair``): the spread between process starts."""
+    from benchmarks.stats import bootstrap_ci, ratio_ci
+
+    def cat(key, w, s):
+        return [x for p in pairs for x in p[key][w][s]]
+
+    rounds = sum(p["rounds"] for p in pairs)
+    res: Dict[str, Any] = {"rounds": rounds, "server_pairs": len(pairs), "cores": pairs[0]["cores"],
                            "workloads": {k: dict(zip(("batch", "prompt_tokens", "max_new_tokens"), v)) for k, v in workloads.items()}}
     for w in workloads:
         res[w] = {
-            "cpu_s": {s: {k: round(v, 4) for k, v in bootstrap_ci(cpu[w][s]).items() if k != "n"} for s in sides},
-            "wall_s": {s: {k: round(v, 4) for k, v in bootstrap_ci(wall[w][s]).items() if k != "n"} for s in sides},
-            "cpu_ratio": {s: ratio_ci(cpu[w][s], cpu[w]["plain"]) for s in sides if s != "plain"},
-            "wall_ratio": {s: ratio_ci(wall[w][s], wall[w]["plain"]) for s in sides if s != "plain"},
+            "cpu_s": {s: {k: round(v, 4) for k, v in bootstrap_ci(cat("cpu", w, s)).items() if k != "n"} for s in _SIDES},
+            "wall_s": {s: {k: round(v, 4) for k, v in bootstrap_ci(cat("wall", w, s)).items() if k != "n"} for s in _SIDES},
+            "cpu_ratio": {s: ratio_ci(cat("cpu", w, s), cat("cpu", w, "plain")) for s in _SIDES if s != "plain"},
+            "wall_ratio": {s: ratio_ci(cat("wall", w, s), cat("wall", w, "plain")) for s in _SIDES if s != "plain"},
             # rounds in which the side's output ids equalled plain SGLang's, token for token
-            "same_output_ids": {s: f"{n}/{rnd}" for s, n in same[w].items()},
+            "same_output_ids": {s: f"{sum(p['same'][w][s] for p in pairs)}/{rounds}" for s in _SIDES if s != "plain"},
         }
     # Both workloads pooled: one ratio per (round, workload)
-    for s in [x for x in sides if x != "plain"]:
-        num = [x for w in workloads for x in cpu[w][s]]
-        den = [x for w in workloads for x in cpu[w]["plain"]]
+    for s in _SIDES[1:]:
+        num = [x for w in workloads for x in cat("cpu", w, s)]
+        den = [x for w in workloads for x in cat("cpu", w, "plain")]
         res[f"pooled_cpu_ratio_{s}"] = ratio_ci(num, den)
+        res[f"per_server_pair_{s}"] = [
+            ratio_ci([x for w in workloads for x in p["cpu"][w][s]], [x for w in workloads for x in p["cpu"][w]["plain"]])["value"]
+            for p in pairs
+        ]
     return res

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 ROLE_DENSE = "dense"
@@ -80,17 +81,17 @@ class ModelLayout:
             )
         object.__setattr__(self, "fingerprint", computed)
 
-    # Views -----------------------------------------------------------------
-    @property
+    # Views (cached: the response path reads them per record; the layout is frozen) --------------------
+    @cached_property
     def moe_layers(self) -> Tuple[LayerInfo, ...]:
         """Main-model MoE layers, in row order of a routing record."""
         return tuple(l for l in self.layers if l.role == ROLE_MOE)
 
-    @property
+    @cached_property
     def moe_layer_ids(self) -> Tuple[int, ...]:
         return tuple(l.id for l in self.moe_layers)
 
-    @property
+    @cached_property
     def mtp_layers(self) -> Tuple[LayerInfo, ...]:
         return tuple(l for l in self.layers if l.role == ROLE_MTP)
 
@@ -105,7 +106,7 @@ class ModelLayout:
             raise LayoutError(f"layers disagree on top-k: {sorted(ks)}")
         return ks.pop() if ks else 0
 
-    @property
+    @cached_property
     def num_experts(self) -> int:
         return max((l.num_experts for l in self.layers), default=0)
 

@@ -64,6 +64,17 @@ def token_array(token_ids: Any) -> np.ndarray:
 _DIGEST_LEN = 32  # hex chars of a 16-byte blake2b
 
 
+_DTYPE_NAMES: Dict[np.dtype, str] = {}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    # str(np.dtype) walks numpy's Python-level naming code (~5 us); records name one of a few dtypes.
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return name
+
+
 def _identity_field(d: Mapping[str, Any], key: str) -> Optional[str]:
     value = d.get(key)
     if value is None:
@@ -270,7 +281,7 @@ class MtpRouting:
         return {
             "num_entries": self.num_entries,
             "topk": int(self.experts.shape[1]) if self.experts.ndim == 2 else 0,
-            "dtype": str(self.experts.dtype),
+            "dtype": _dtype_name(self.experts.dtype),
             "positions": _encode(self.positions.astype(np.int32), binary),
             "depth": _encode(self.depth.astype(np.uint8), binary),
             "step": _encode(self.step.astype(np.uint8), binary),
@@ -342,7 +353,7 @@ class RoutingRecord:
             "num_tokens": self.num_tokens,
             "layers": [int(x) for x in self.layers],
             "topk": self.topk,
-            "dtype": str(self.experts.dtype),
+            "dtype": _dtype_name(self.experts.dtype),
             **_encode_ids(self.experts, binary, pack_bits),
         }
         if self.mtp is not None:

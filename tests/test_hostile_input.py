@@ -275,6 +275,10 @@ def classic_cases() -> List[Case]:
         Case("return_logprob list shorter than the batch", base(input_ids=[[1], [2]], return_logprob=[True]), BAD),
         Case("duplicate rids in a batch", base(input_ids=[[1], [2]], rid=["a", "a"]), BAD),
         Case("n disagrees across the batch", base(input_ids=[[1], [2]], sampling_params=[{"n": 1}, {"n": 2}]), BAD),
+        Case("a bad sampling_params entry after good ones",
+             base(input_ids=[[1], [2], [3]], sampling_params=[{"max_new_tokens": 2}, {"max_new_tokens": 2}, {"top_k": 0}]), BAD),
+        Case("one shared sampling_params for a batch, bad",
+             base(input_ids=[[1], [2]], sampling_params={"max_new_tokens": 2, "stop_token_ids": [99999999]}), BAD),
         Case("rid list for one prompt", base(rid=["a"]), BAD),
         # top level is not an object
         Case("top-level array", [1, 2], BAD),
@@ -576,6 +580,21 @@ def test_out_of_vocabulary_id_in_a_batch_names_prompt_and_position(url):
     r = httpx.post(url + "/generate", json=base(input_ids=[[5, 6], [7, -2, 8]]), timeout=TIMEOUT)
     assert r.status_code == 400, r.text
     assert error_message(r) == f"input_ids[1][1] = -2 is outside the vocabulary [0, {VOCAB})"
+
+
+def test_each_distinct_sampling_params_of_a_batch_is_checked_and_named_by_prompt(url):
+    # One object for the whole batch is checked once (for its first prompt); a per-prompt list is checked
+    # entry by entry, so a bad last entry after good ones is still found.
+    good = {"max_new_tokens": 2, "temperature": 0}
+    bad = {"max_new_tokens": 2, "stop_token_ids": [VOCAB + 1]}
+    body = base(input_ids=[[5], [6], [7], [8]], sampling_params=[good, good, good, bad])
+    r = httpx.post(url + "/generate", json=body, timeout=TIMEOUT)
+    assert r.status_code == 400, r.text
+    assert error_message(r) == f"sampling_params[3].stop_token_ids[0] = {VOCAB + 1} is outside the vocabulary [0, {VOCAB})"
+    shared = base(input_ids=[[5], [6]], sampling_params={"max_new_tokens": 2, "stop_token_ids": [VOCAB]})
+    r = httpx.post(url + "/generate", json=shared, timeout=TIMEOUT)
+    assert r.status_code == 400, r.text
+    assert error_message(r) == f"sampling_params[0].stop_token_ids[0] = {VOCAB} is outside the vocabulary [0, {VOCAB})"
 
 
 def test_out_of_vocabulary_id_gets_400_naming_its_index_on_completions(url):

@@ -138,6 +138,9 @@ class RoutingCapturer:
         self.host = torch.zeros((num_slots, self.num_moe, self.topk), dtype=self.dtype, pin_memory=pin)
         # written[s]: the row at slot s was captured by the forward that computed slot s's KV.
         self.written = torch.zeros(num_slots, dtype=torch.bool, pin_memory=pin)
+        # The same host memory seen by numpy: the per-forward scatter and the per-request gather index it
+        # with a handful of slots at a time, where a torch op's dispatch costs more than the copy.
+        self._host_np, self._written_np = self.host.numpy(), self.written.numpy()
         # Layer-major [n_moe, max_tokens, topk]: each layer's capture is one contiguous block (the
         # int32 -> compact conversion into a strided row-major slice cost ~3x as much per layer); the
         # forward end reads it back as rows [n, n_moe, topk] through a transposed view.
@@ -258,27 +261,27 @@ class RoutingCapturer:
         return dst
 
     def _store(self, loc: torch.Tensor, rows: Optional[torch.Tensor]) -> None:
-        idx = loc.to("cpu").long()
+        idx = loc.to("cpu").numpy()
         if rows is None:
-            self.written[idx] = False
+            self._written_np[idx] = False
             return
-        self.host[idx] = rows.to("cpu")
-        self.written[idx] = True
+        self._host_np[idx] = rows.to("cpu").numpy()
+        self._written_np[idx] = True
 
     def destroy(self) -> None:
         self._views = {}
         self._staging_words = self._rows = None
-        self.host = None
-        self.written = None
+        self.host = self._host_np = None
+        self.written = self._written_np = None
         self.staging = None
 
     # -- reads ---------------------------------------------------------------
     def rows_for_slots(self, slots: torch.Tensor):
         """(rows [len(slots), n_moe, topk] copied, number of those slots with no captured row)."""
-        idx = slots.to("cpu").long()
-        marks = self.written[idx]
-        missing = 0 if bool(marks.all()) else int(idx.numel() - int(marks.sum()))
-        return self.host[idx], missing  # advanced indexing already copies
+        idx = slots.to("cpu").numpy()
+        marks = self._written_np[idx]
+        missing = 0 if marks.all() else int(idx.size - int(marks.sum()))
+        return torch.from_numpy(self._host_np[idx]), missing  # advanced indexing already copies
 
     def move_rows(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         """Follow a KV move inside a request (tree drafting keeps accepted tokens' KV at new slots)."""
