@@ -109,8 +109,10 @@ def build_time(shape: Shape = GLM45, rows: int = 32767, repeats: int = 7) -> Dic
     }
 
 
-def event_loop_stall(shape: Shape = GLM45, n_requests: int = 64, tokens: int = 4096, side: str = "json") -> Dict[str, Any]:
-    """side: ``json`` / ``msgpack`` (ours), or ``upstream`` (int32 routed_experts through SGLang's handler)."""
+def event_loop_stall(shape: Shape = GLM45, n_requests: int = 64, tokens: int = 4096, side: str = "json",
+                     bursts: int = 3) -> Dict[str, Any]:
+    """side: ``json`` / ``msgpack`` (ours), or ``upstream`` (int32 routed_experts through SGLang's handler).
+    ``stall_p99_ms``: the median over ``bursts`` bursts of each burst's p99 heartbeat lateness."""
     from server.routes import respond_routed
     from sglang.srt.utils.json_response import orjson_response
 
@@ -146,10 +148,14 @@ def event_loop_stall(shape: Shape = GLM45, n_requests: int = 64, tokens: int = 4
         await hb
         return late, wall
 
-    late, wall = asyncio.run(main())
-    return {"requests": n_requests, "tokens": tokens, "side": side,
-            "stall_p99_ms": round(float(np.percentile(late, 99)), 2), "stall_max_ms": round(max(late), 2),
-            "all_done_s": round(wall, 3)}
+    # Several bursts: one burst's p99 rests on its ~4 latest heartbeats, and a 2-core VM sometimes loses a core
+    # for tens of ms (standalone repeats read 3.0-3.5 ms where a full run once read 37); the key is the median.
+    runs = [asyncio.run(main()) for _ in range(bursts)]
+    p99 = [round(float(np.percentile(late, 99)), 2) for late, _ in runs]
+    return {"requests": n_requests, "tokens": tokens, "side": side, "bursts": bursts,
+            "stall_p99_ms": float(np.median(p99)), "stall_p99_ms_per_burst": p99,
+            "stall_max_ms": round(max(max(late) for late, _ in runs), 2),
+            "all_done_s": round(float(np.median([wall for _, wall in runs])), 3)}
 
 
 def run(quick: bool = True) -> Dict[str, Any]:
