@@ -134,15 +134,17 @@ def run(args) -> Dict[str, Any]:
         res["response_build"] = timed("response_build (32k record; 64 x 4k stall)", response_build.run, quick=args.quick)
         if "r3" in urls and "plain" in urls:
             wl = capture_overhead.WORKLOADS_QUICK if args.quick else capture_overhead.WORKLOADS
-            # Servers this run started are measured as two pairs, restarted in between: a process start
-            # moves the ratio by about a point (memory placement), more than one pair's interval shows.
-            n_pairs = 2 if len(procs) == 2 else 1
+            # Servers this run started are measured as three pairs, restarted in between: one pair's ratio
+            # moves by about a point from one process start to the next, more than its own interval shows.
+            n_pairs = 3 if len(procs) == 2 else 1
             pin = len(procs) == 2 and not has_gpu()  # only CPU servers this run started (one compute thread each)
             pairs = []
             for i in range(n_pairs):
                 if i:
                     for _, p in procs:
                         p.stop()
+                    # pin_server_cores put this process on one core; servers started from it would inherit that
+                    os.sched_setaffinity(0, range(os.cpu_count() or 1))
                     _, procs = start_servers(args)
                     for name, p in procs:
                         timed(f"restart server {name}", p.wait_ready)

@@ -91,3 +91,23 @@ def test_the_payload_crosses_to_sglangs_detokenizer_as_bytes_it_encodes_unchange
     assert not hasattr(item, "storage")  # not a tensor: no tensor pickling on the way
     [b64] = DetokenizerManager._b64_encode_per_request([item])
     assert pybase64.b64decode(b64) == payload
+
+
+def test_our_routes_take_the_place_of_sglangs_generate_in_its_app():
+    # Starlette matches routes in order: /generate stays where SGLang put its own (early), not after all of
+    # SGLang's routes, and every other SGLang route keeps its order.
+    from sglang.srt.entrypoints import http_server
+
+    from sglang_r3.patches.http import install_http_routes
+
+    paths = [getattr(r, "path", None) for r in http_server.app.router.routes]
+    ours = {r.path for r in routes.router.routes}
+    install_http_routes()
+    after = http_server.app.router.routes
+    after_paths = [getattr(r, "path", None) for r in after]
+    assert after_paths.count("/generate") == 1
+    assert after[after_paths.index("/generate")].endpoint is routes.generate
+    assert after_paths.index("/generate") == paths.index("/generate")
+    assert [p for p in after_paths if p not in ours] == [p for p in paths if p not in ours]
+    install_http_routes()  # a second install replaces ours in place
+    assert [getattr(r, "path", None) for r in http_server.app.router.routes] == after_paths

@@ -13,9 +13,14 @@ def install_http_routes() -> None:
     from server.routes import router
 
     app = http_server.app
-    ours = {(r.path, frozenset(getattr(r, "methods", ()) or ())) for r in router.routes}
-    paths = {p for p, _ in ours}
-    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) not in paths]
+    paths = {r.path for r in router.routes}
+    routes = app.router.routes
+    # Where SGLang's first replaced route stood: Starlette matches routes in order, and /generate appended
+    # after SGLang's ~70 routes was matched against every one of them on every request.
+    at = next((i for i, r in enumerate(routes) if getattr(r, "path", None) in paths), len(routes))
+    routes[:] = [r for r in routes if getattr(r, "path", None) not in paths]
+    at = min(at, len(routes))
+    before = len(routes)
     # One app-level route per endpoint (not include_router, which this FastAPI wraps in a single
     # router route): SGLang's API-key middleware reads each matched route's endpoint for its
     # @auth_level, and an admin endpoint behind a wrapper would be served without the admin key.
@@ -29,4 +34,7 @@ def install_http_routes() -> None:
             summary=r.summary,
             openapi_extra=r.openapi_extra,
         )
+    added = routes[before:]
+    del routes[before:]
+    routes[at:at] = added
     app.openapi_schema = None  # rebuild /openapi.json with our routes
