@@ -1,7 +1,8 @@
 """Capture overhead on real servers.
 
-``measure_vs_plain`` (the key, run by benchmarks/run.py): ours against SGLang without R3
-(benchmarks/plain_server.py), prefill- and decode-heavy batches of distinct prompts; see its docstring.
+``measure_vs_plain``: ours against SGLang without R3 (benchmarks/plain_server.py), prefill- and
+decode-heavy batches of distinct prompts; see its docstring. benchmarks/run.py runs its rounds
+(``pair_rounds``) on three server pairs it restarts in between and pools them (``summarize``).
 
 ``measure`` (kept for comparing capture modes inside one server): the same decode requests with capture
 off / main / main+mtp.

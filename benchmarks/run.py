@@ -227,7 +227,7 @@ def table(res: Dict[str, Any]) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer repeats/rounds (about 5 minutes on 2 cores)")
+    ap.add_argument("--quick", action="store_true", help="fewer repeats/rounds (about 5.5 minutes on 2 cores)")
     ap.add_argument("--r3-url", help="use this running sglang-r3 server (MTP speculation on) instead of starting one")
     ap.add_argument("--plain-url", help="use this running `python -m benchmarks.plain_server` instead of starting one")
     ap.add_argument("--no-servers", action="store_true", help="CPU-only benchmarks; no server measurements")
