@@ -1,8 +1,8 @@
 """Capture overhead on real servers.
 
-``measure_vs_plain``: ours against SGLang without R3 (benchmarks/plain_server.py), prefill- and
-decode-heavy batches of distinct prompts; see its docstring. benchmarks/run.py runs its rounds
-(``pair_rounds``) on three server pairs it restarts in between and pools them (``summarize``).
+``pair_rounds`` + ``summarize`` (the key): ours against SGLang without R3 (benchmarks/plain_server.py),
+prefill- and decode-heavy batches of distinct prompts, on each server pair; benchmarks/run.py restarts
+the pair between rounds and pools them.
 
 ``measure`` (kept for comparing capture modes inside one server): the same decode requests with capture
 off / main / main+mtp.
@@ -202,7 +202,10 @@ def pin_server_cores(urls: Sequence[str]) -> Dict[str, Any]:
     return {"pinned": True, "scheduler_cores": sorted(sched), "other_cores": sorted(rest)}
 
 
-def measure_vs_plain(
+_SIDES = ("plain", "main", "main+mtp")
+
+
+def pair_rounds(
     plain_url: str,
     r3_url: str,
     workloads: Dict[str, tuple] = WORKLOADS,
@@ -212,7 +215,9 @@ def measure_vs_plain(
     pin: bool = True,
     seed: int = 0,
 ) -> Dict[str, Any]:
-    """pin: ``pin_server_cores`` first (for servers started with one compute thread, as run.py starts
+    """One server pair's interleaved rounds: raw per-round samples, pooled over pairs by ``summarize``.
+
+    pin: ``pin_server_cores`` first (for servers started with one compute thread, as run.py starts
     them; a server computing with two threads must not be squeezed onto one core).
 
     Interleaved rounds: each round sends every workload to each side, one side at a time (the idle
@@ -222,15 +227,7 @@ def measure_vs_plain(
     Sides: ``plain`` (SGLang without R3, no routing asked), ``main`` (ours, ``return_routing: true``) and
     ``main+mtp`` (ours, ``return_routing: {"mtp": true}``); ours runs as shipped.
     Ratio per round and workload: server CPU seconds of ours / plain; key: median with bootstrap 95% CI.
-    ``seed``: prompts of a later server pair must differ from an earlier pair's (``pool``)."""
-    return summarize([pair_rounds(plain_url, r3_url, workloads, min_rounds, max_rounds, budget_s, pin, seed)], workloads)
-
-
-_SIDES = ("plain", "main", "main+mtp")
-
-
-def pair_rounds(plain_url, r3_url, workloads, min_rounds, max_rounds, budget_s, pin, seed) -> Dict[str, Any]:
-    """One server pair's interleaved rounds: raw per-round samples (see ``measure_vs_plain``)."""
+    ``seed``: prompts of a later server pair must differ from an earlier pair's."""
     sides = {"plain": (plain_url, None), "main": (r3_url, True), "main+mtp": (r3_url, {"mtp": True})}
     pinning = pin_server_cores([plain_url, r3_url]) if pin else {"pinned": False}
     procs = {u: server_processes(u) for u in {plain_url, r3_url}}

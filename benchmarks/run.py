@@ -147,12 +147,12 @@ def run(args) -> Dict[str, Any]:
                     os.sched_setaffinity(0, range(os.cpu_count() or 1))
                     _, procs = start_servers(args)
                     for name, p in procs:
-                        timed(f"restart server {name}", p.wait_ready)
+                        timed(f"restart server {name} (pair {i + 1})", p.wait_ready)
                         urls[name] = p.url
                 pairs.append(timed(
                     f"capture_overhead pair {i + 1}/{n_pairs} (ours vs SGLang without R3, interleaved)",
-                    capture_overhead.pair_rounds, urls["plain"], urls["r3"], wl, 4, 60 // n_pairs,
-                    (150.0 if args.quick else 900.0) / n_pairs, pin, i,
+                    capture_overhead.pair_rounds, urls["plain"], urls["r3"], wl, min_rounds=4, max_rounds=60 // n_pairs,
+                    budget_s=(150.0 if args.quick else 900.0) / n_pairs, pin=pin, seed=i,
                 ))
             res["capture_overhead"] = capture_overhead.summarize(pairs, wl)
         if "r3" in urls:
