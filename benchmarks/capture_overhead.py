@@ -274,8 +274,9 @@ def pair_rounds(
 
 def summarize(pairs: List[Dict[str, Any]], workloads: Dict[str, tuple]) -> Dict[str, Any]:
     """Ratios with bootstrap 95% intervals over the rounds of every server pair (``pair_rounds`` results),
-    and each pair's own pooled ratio (``per_server_pair``): the spread between process starts."""
-    from benchmarks.stats import bootstrap_ci, ratio_ci
+    and each pair's own pooled ratio (``per_server_pair``): the spread between process starts. The pooled
+    ratios' intervals resample server pairs first, then rounds (``stats.grouped_ratio_ci``)."""
+    from benchmarks.stats import bootstrap_ci, grouped_ratio_ci, ratio_ci
 
     def cat(key, w, s):
         return [x for p in pairs for x in p[key][w][s]]
@@ -292,11 +293,13 @@ def summarize(pairs: List[Dict[str, Any]], workloads: Dict[str, tuple]) -> Dict[
             # rounds in which the side's output ids equalled plain SGLang's, token for token
             "same_output_ids": {s: f"{sum(p['same'][w][s] for p in pairs)}/{rounds}" for s in _SIDES if s != "plain"},
         }
-    # Both workloads pooled: one ratio per (round, workload)
+    # Both workloads pooled: one ratio per (round, workload); the interval resamples server pairs, then rounds
     for s in _SIDES[1:]:
-        num = [x for w in workloads for x in cat("cpu", w, s)]
-        den = [x for w in workloads for x in cat("cpu", w, "plain")]
-        res[f"pooled_cpu_ratio_{s}"] = ratio_ci(num, den)
+        groups = [([x for w in workloads for x in p["cpu"][w][s]], [x for w in workloads for x in p["cpu"][w]["plain"]])
+                  for p in pairs]
+        res[f"pooled_cpu_ratio_{s}"] = grouped_ratio_ci(groups)
+        # the interval as if the rounds were independent (they are not: rounds of one pair share its offset)
+        res[f"pooled_cpu_ratio_{s}_rounds_only"] = ratio_ci([x for g in groups for x in g[0]], [x for g in groups for x in g[1]])
         res[f"per_server_pair_{s}"] = [
             ratio_ci([x for w in workloads for x in p["cpu"][w][s]], [x for w in workloads for x in p["cpu"][w]["plain"]])["value"]
             for p in pairs

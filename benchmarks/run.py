@@ -134,9 +134,10 @@ def run(args) -> Dict[str, Any]:
         res["response_build"] = timed("response_build (32k record; 64 x 4k stall)", response_build.run, quick=args.quick)
         if "r3" in urls and "plain" in urls:
             wl = capture_overhead.WORKLOADS_QUICK if args.quick else capture_overhead.WORKLOADS
-            # Servers this run started are measured as three pairs, restarted in between: one pair's ratio
-            # moves by about a point from one process start to the next, more than its own interval shows.
-            n_pairs = 3 if len(procs) == 2 else 1
+            # Servers this run started are measured as several pairs, restarted in between: one pair's ratio
+            # moves by a point or two from one process start to the next (SGLang against itself too), more
+            # than its rounds' own interval shows. Process starts, not rounds, narrow the interval.
+            n_pairs = (6 if args.quick else 10) if len(procs) == 2 else 1
             pin = len(procs) == 2 and not has_gpu()  # only CPU servers this run started (one compute thread each)
             pairs = []
             for i in range(n_pairs):
@@ -151,7 +152,8 @@ def run(args) -> Dict[str, Any]:
                         urls[name] = p.url
                 pairs.append(timed(
                     f"capture_overhead pair {i + 1}/{n_pairs} (ours vs SGLang without R3, interleaved)",
-                    capture_overhead.pair_rounds, urls["plain"], urls["r3"], wl, min_rounds=4, max_rounds=60 // n_pairs,
+                    capture_overhead.pair_rounds, urls["plain"], urls["r3"], wl, min_rounds=4,
+                    max_rounds=(8 if args.quick else 12) if n_pairs > 1 else 40,
                     budget_s=(150.0 if args.quick else 900.0) / n_pairs, pin=pin, seed=i,
                 ))
             res["capture_overhead"] = capture_overhead.summarize(pairs, wl)

@@ -126,6 +126,12 @@ async def settle_one(out: Any) -> None:
 
 async def settle(ret: Any) -> Any:
     """Store every pending record of a /generate output (or list of outputs); returns ``ret``."""
-    items = ret if isinstance(ret, list) else [ret]
-    await asyncio.gather(*(settle_one(item) for item in items))
+    items = [item for item in (ret if isinstance(ret, list) else [ret]) if _pending(item)]
+    if items:  # a task per output costs more than the rest of a short response's routing work
+        await asyncio.gather(*(settle_one(item) for item in items))
     return ret
+
+
+def _pending(out: Any) -> bool:
+    meta = out.get("meta_info") if isinstance(out, dict) else None
+    return isinstance(meta, dict) and isinstance(meta.get("routing_ref"), PendingRef)

@@ -631,3 +631,70 @@ def test_hostile_bodies_get_their_expected_answer_and_routing_stays_exact(url):
     assert ids_after == ids_before
     assert rec_after.layers == rec_before.layers and rec_after.start == rec_before.start
     np.testing.assert_array_equal(rec_after.experts, rec_before.experts)
+
+
+# -- text prompts: the tokenizer's own ids ---------------------------------------------------------------
+# The guard skips the per-id check for ids a fast HF tokenizer produced from a text prompt when that
+# tokenizer's largest id is inside the model's vocabulary; a tokenizer that can emit more ids than the
+# model embeds keeps every text prompt checked.
+
+
+def _embedded_tokenizer():
+    from transformers import AutoTokenizer
+
+    from sglang_r3.embedded import ensure_embedded_model
+
+    return AutoTokenizer.from_pretrained(str(ensure_embedded_model()))
+
+
+def test_tokenizer_max_id_is_measured_again_when_tokens_are_added_and_unknown_for_other_tokenizers():
+    from sglang_r3.patches.input_guard import tokenizer_max_id
+
+    tok = _embedded_tokenizer()
+    assert tokenizer_max_id(tok) == max(tok.get_vocab().values()) == len(tok) - 1
+    tok.add_tokens(["<r3-added-a>", "<r3-added-b>"])
+    assert tokenizer_max_id(tok) == tok.convert_tokens_to_ids("<r3-added-b>") == len(tok) - 1
+
+    class Wrapper:  # a tokenizer wrapper whose get_vocab need not list its special tokens
+        def get_vocab(self):
+            return {"a": 0}
+
+        def __len__(self):
+            return 1
+
+    assert tokenizer_max_id(Wrapper()) is None and tokenizer_max_id(None) is None
+
+
+@pytest.fixture(scope="module")
+def wide_tokenizer_url(tmp_path_factory):
+    """The embedded model served (no speculation) with its tokenizer plus added tokens whose ids run 10
+    past the model's vocabulary."""
+    from tests.servers import ServerProcess
+
+    tok = _embedded_tokenizer()
+    tok.add_tokens([f"<r3-beyond-{i}>" for i in range(VOCAB - len(tok) + 10)])
+    assert len(tok) == VOCAB + 10
+    path = tmp_path_factory.mktemp("wide-tokenizer")
+    tok.save_pretrained(str(path))
+    server = ServerProcess(["--disable-speculation", "--tokenizer-path", str(path)]).start()
+    try:
+        yield server.wait_ready().url
+    finally:
+        server.stop()
+
+
+def test_text_that_tokenizes_beyond_the_model_vocabulary_gets_400_and_the_server_stays_up(wide_tokenizer_url):
+    url, beyond, inside = wide_tokenizer_url, VOCAB + 5, VOCAB - 3
+    sp = {"max_new_tokens": 2, "temperature": 0}
+    r = httpx.post(url + "/generate", json={"text": f"ab<r3-beyond-{beyond - 260}>", "sampling_params": sp}, timeout=TIMEOUT)
+    assert r.status_code == 400, r.text
+    assert error_message(r) == f"input_ids[2] = {beyond} is outside the vocabulary [0, {VOCAB})"
+    batch = {"text": ["fine", f"<r3-beyond-{beyond - 260}>"], "sampling_params": sp}
+    r = httpx.post(url + "/generate", json=batch, timeout=TIMEOUT)
+    assert r.status_code == 400 and error_message(r).startswith(f"input_ids[1][0] = {beyond} "), r.text
+    # An added token inside the vocabulary is served, and so is plain text, with routing.
+    r = httpx.post(url + "/generate", json={"text": f"ab<r3-beyond-{inside - 260}>", "sampling_params": sp,
+                                            "return_routing": True}, timeout=TIMEOUT)
+    assert r.status_code == 200, r.text
+    assert r.json()["meta_info"]["prompt_tokens"] == 3 and "routing" in r.json()["meta_info"]
+    assert httpx.get(url + "/health_generate", timeout=TIMEOUT).status_code == 200

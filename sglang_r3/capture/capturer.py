@@ -28,6 +28,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
+import numpy as np
 import torch
 
 from sglang_r3.layout import ModelLayout
@@ -150,6 +151,16 @@ class RoutingCapturer:
         word = _WORDS.get(self.topk * self.staging.element_size())
         self._staging_words = None if word is None else self.staging.view(word)
         self._rows = torch.empty((max_batch_tokens, self.num_moe, self.topk), dtype=self.dtype, device=self.device)
+        # CPU staging is host memory already: the forward end scatters its words straight into the host
+        # buffer's words through numpy ([slots, n_moe] <- [n_moe, n].T), one fancy assignment in place of
+        # the row-buffer transpose, two tensor->numpy hops and a second copy (13 -> 5 us at decode sizes).
+        self._cpu_words = None
+        if self._staging_words is not None and self.device.type == "cpu":
+            stage_w = self._staging_words.numpy().reshape(self.num_moe, max_batch_tokens)
+            host_w = self._host_np.view(stage_w.dtype).reshape(num_slots, self.num_moe)
+            if not (np.shares_memory(host_w, self._host_np) and np.shares_memory(stage_w, self.staging.numpy())):
+                raise RuntimeError("word views of the capture buffers are copies")  # reshape of a contiguous array never is
+            self._cpu_words = (host_w, stage_w)
         # Every MoE layer of a forward captures the same token count: the per-column views of the
         # staging are built once per batch size, not once per layer (capture() runs per layer).
         self._views: Dict[int, list] = {}
@@ -237,7 +248,7 @@ class RoutingCapturer:
             return None
         # Under the overlap scheduler the next forward reuses staging and row buffer before the host copy
         # runs: the rows then go straight into a fresh tensor (one copy, not a copy and a clone).
-        rows = self._rows_of(n, fresh=no_copy_to_cpu) if complete else None
+        rows = self._rows_of(n, fresh=no_copy_to_cpu) if complete and (no_copy_to_cpu or self._cpu_words is None) else None
         if complete:
             self.stats.main_forwards += 1
             self.stats.main_rows_written += n
@@ -248,6 +259,12 @@ class RoutingCapturer:
             self._open = DeferredRows(loc=loc.clone(), rows=rows, capturer=self)
             return self._open
         self.stats.blocking_copies += 1
+        if complete and self._cpu_words is not None:
+            host_w, stage_w = self._cpu_words
+            idx = loc.numpy()
+            host_w[idx] = stage_w[:, :n].T
+            self._written_np[idx] = True
+            return None
         self._store(loc, rows)
         return None
 
@@ -270,7 +287,7 @@ class RoutingCapturer:
 
     def destroy(self) -> None:
         self._views = {}
-        self._staging_words = self._rows = None
+        self._staging_words = self._rows = self._cpu_words = None
         self.host = self._host_np = None
         self.written = self._written_np = None
         self.staging = None

@@ -25,7 +25,9 @@ Hooks (HookRegistry):
 
 Messages name the field and the index, e.g.
 ``input_ids[3] = 99999999 is outside the vocabulary [0, 151552)``; in a batch the prompt's
-index comes first (``input_ids[1][3]``). The id check is O(len(input_ids)) in numpy.
+index comes first (``input_ids[1][3]``). The id check is O(len(input_ids)) in numpy; ids a fast HF
+tokenizer produced from the request's text skip it when that tokenizer's largest id is inside the
+vocabulary (``tokenizer_max_id``).
 """
 
 from __future__ import annotations
@@ -276,7 +278,44 @@ def _check_generate_fields(obj: Any, vocab_size: int) -> None:
             raise ValueError(f"session_params: {e}") from None
 
 
-def _check_prompt(obj: Any, input_ids: Any, vocab_size: int) -> None:
+# id(tokenizer) -> (tokenizer, its size when measured, its largest id). A fast HF tokenizer emits only ids
+# of its vocabulary (added and special tokens included), so when the largest is below the model's
+# vocabulary every id it produced for a text prompt is in range and the per-id check is skipped.
+_TOKENIZER_BOUND: dict = {}
+
+
+def tokenizer_max_id(tokenizer: Any) -> Optional[int]:
+    """The largest id ``tokenizer`` can emit, or None where that is not known for certain (anything
+    but a fast HF tokenizer: a wrapper's get_vocab may leave out its special tokens)."""
+    if tokenizer is None or not getattr(tokenizer, "is_fast", False) or not hasattr(tokenizer, "get_vocab"):
+        return None
+    size = len(tokenizer)  # grows when tokens are added: then measure again
+    hit = _TOKENIZER_BOUND.get(id(tokenizer))
+    if hit is not None and hit[0] is tokenizer and hit[1] == size:
+        return hit[2]
+    try:
+        vocab = tokenizer.get_vocab()
+        top = max(vocab.values()) if vocab else -1
+    except Exception:  # noqa: BLE001 -- unknown: keep checking every id
+        return None
+    if not isinstance(top, int):
+        return None
+    _TOKENIZER_BOUND[id(tokenizer)] = (tokenizer, size, top)
+    return top
+
+
+def _ids_from_tokenizer(tm: Any, obj: Any, vocab_size: int) -> bool:
+    """``input_ids`` of this prompt are the tokenizer's own output for its text (no ids, embeddings or
+    multimodal items in the request) and that tokenizer cannot emit an id outside the vocabulary."""
+    if getattr(obj, "input_ids", None) is not None or getattr(obj, "input_embeds", None) is not None:
+        return False
+    if not isinstance(getattr(obj, "text", None), str) or obj.contains_mm_input():
+        return False
+    top = tokenizer_max_id(getattr(tm, "tokenizer", None))
+    return top is not None and top < vocab_size
+
+
+def _check_prompt(obj: Any, input_ids: Any, vocab_size: int, from_tokenizer: bool = False) -> None:
     if input_ids is None:  # input_embeds: no ids reach the embedding
         return
     if len(input_ids) == 0:
@@ -285,7 +324,8 @@ def _check_prompt(obj: Any, input_ids: Any, vocab_size: int) -> None:
             return
         source = "text" if getattr(obj, "text", None) is not None else "input_ids"
         raise ValueError(f"{_name(source, obj)} is an empty prompt (0 tokens); at least one token is needed")
-    check_token_ids(input_ids, _name("input_ids", obj), vocab_size)
+    if not from_tokenizer:
+        check_token_ids(input_ids, _name("input_ids", obj), vocab_size)
 
 
 def validate_one_request(original, self, obj, input_ids, *args, **kwargs):
@@ -298,7 +338,7 @@ def validate_one_request(original, self, obj, input_ids, *args, **kwargs):
     result = original(self, obj, input_ids, *args, **kwargs)
     # After upstream: with --allow-auto-truncate it shortens input_ids in place, and what is
     # left is what reaches the scheduler.
-    _check_prompt(obj, input_ids, vocab_size)
+    _check_prompt(obj, input_ids, vocab_size, isinstance(obj, GenerateReqInput) and _ids_from_tokenizer(self, obj, vocab_size))
     if isinstance(obj, GenerateReqInput) and input_ids is not None:
         for field in ("multi_item_delimiter_indices", "token_indices_to_pool"):
             _check_positions(obj, field, len(input_ids))
