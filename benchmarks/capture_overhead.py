@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import httpx
 import psutil
@@ -214,6 +214,7 @@ def pair_rounds(
     budget_s: float = 300.0,
     pin: bool = True,
     seed: int = 0,
+    sides: Optional[Dict[str, tuple]] = None,
 ) -> Dict[str, Any]:
     """One server pair's interleaved rounds: raw per-round samples, pooled over pairs by ``summarize``.
 
@@ -227,8 +228,10 @@ def pair_rounds(
     Sides: ``plain`` (SGLang without R3, no routing asked), ``main`` (ours, ``return_routing: true``) and
     ``main+mtp`` (ours, ``return_routing: {"mtp": true}``); ours runs as shipped.
     Ratio per round and workload: server CPU seconds of ours / plain; key: median with bootstrap 95% CI.
-    ``seed``: prompts of a later server pair must differ from an earlier pair's."""
-    sides = {"plain": (plain_url, None), "main": (r3_url, True), "main+mtp": (r3_url, {"mtp": True})}
+    ``seed``: prompts of a later server pair must differ from an earlier pair's.
+    ``sides``: name -> (url, return_routing or None) in place of the three above (benchmarks/noise_floor.py:
+    two servers without R3); one of them is named ``plain``."""
+    sides = sides or {"plain": (plain_url, None), "main": (r3_url, True), "main+mtp": (r3_url, {"mtp": True})}
     pinning = pin_server_cores([plain_url, r3_url]) if pin else {"pinned": False}
     procs = {u: server_processes(u) for u in {plain_url, r3_url}}
     cpu = {w: {s: [] for s in sides} for w in workloads}

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from tests.servers import ServerProcess
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
 
@@ -68,18 +70,19 @@ def machine() -> Dict[str, Any]:
     }
 
 
+class PlainServer(ServerProcess):
+    """``python -m benchmarks.plain_server``: SGLang without R3, started like our server."""
+
+    def start(self):
+        cmd = [sys.executable, "-m", "benchmarks.plain_server", "--port", str(self.port), *self.args]
+        self.spawn(cmd, f"sglang-plain-{self.port}-", self.env)
+        return self
+
+
 def start_servers(args) -> Tuple[Dict[str, str], List[Any]]:
     """Ours (``python -m sglang_r3.launch_server``) and the baseline without R3 (``python -m
     benchmarks.plain_server``, same resolved flags), both with MTP speculation. They load together; they are
     measured one at a time (the idle one sleeps: --sleep-on-idle)."""
-    from tests.servers import ServerProcess
-
-    class PlainServer(ServerProcess):
-        def start(self):
-            cmd = [sys.executable, "-m", "benchmarks.plain_server", "--port", str(self.port), *self.args]
-            self.spawn(cmd, f"sglang-plain-{self.port}-", self.env)
-            return self
-
     from sglang_r3.cpu import has_gpu
 
     # On a CPU host each scheduler computes with one thread, which capture_overhead.pin_server_cores
@@ -229,7 +232,7 @@ def table(res: Dict[str, Any]) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer repeats/rounds (about 5.5 minutes on 2 cores)")
+    ap.add_argument("--quick", action="store_true", help="fewer repeats/rounds (about 8 minutes on 2 cores)")
     ap.add_argument("--r3-url", help="use this running sglang-r3 server (MTP speculation on) instead of starting one")
     ap.add_argument("--plain-url", help="use this running `python -m benchmarks.plain_server` instead of starting one")
     ap.add_argument("--no-servers", action="store_true", help="CPU-only benchmarks; no server measurements")
