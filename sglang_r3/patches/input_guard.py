@@ -338,7 +338,8 @@ def validate_one_request(original, self, obj, input_ids, *args, **kwargs):
     result = original(self, obj, input_ids, *args, **kwargs)
     # After upstream: with --allow-auto-truncate it shortens input_ids in place, and what is
     # left is what reaches the scheduler.
-    _check_prompt(obj, input_ids, vocab_size, isinstance(obj, GenerateReqInput) and _ids_from_tokenizer(self, obj, vocab_size))
+    from_tokenizer = isinstance(obj, GenerateReqInput) and _ids_from_tokenizer(self, obj, vocab_size)
+    _check_prompt(obj, input_ids, vocab_size, from_tokenizer)
     if isinstance(obj, GenerateReqInput) and input_ids is not None:
         for field in ("multi_item_delimiter_indices", "token_indices_to_pool"):
             _check_positions(obj, field, len(input_ids))
