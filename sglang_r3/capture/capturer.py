@@ -158,8 +158,9 @@ class RoutingCapturer:
         if self._staging_words is not None and self.device.type == "cpu":
             stage_w = self._staging_words.numpy().reshape(self.num_moe, max_batch_tokens)
             host_w = self._host_np.view(stage_w.dtype).reshape(num_slots, self.num_moe)
-            if not (np.shares_memory(host_w, self._host_np) and np.shares_memory(stage_w, self.staging.numpy())):
-                raise RuntimeError("word views of the capture buffers are copies")  # reshape of a contiguous array never is
+            # A copy would have its own bounds: the O(1) bounds check is enough (reshape of a contiguous array is a view).
+            if not (np.may_share_memory(host_w, self._host_np) and np.may_share_memory(stage_w, self.staging.numpy())):
+                raise RuntimeError("word views of the capture buffers are copies")
             self._cpu_words = (host_w, stage_w)
         # Every MoE layer of a forward captures the same token count: the per-column views of the
         # staging are built once per batch size, not once per layer (capture() runs per layer).
