@@ -158,7 +158,7 @@ def test_token_digest_is_blake2b_of_little_endian_int64_ids_in_any_container():
 
 
 @pytest.mark.parametrize("bad, match", [(np.zeros((2, 3), np.int64), "1-D"), ([1.5, 2.0], "integers"), (7, "1-D"),
-                                        # lists the C packing is tried on first (an int, or a bool, first), refused all the same
+                                        # an int first: the C packing is tried first; a bool first: token_array at once; refused all the same
                                         ([1, 2.5], "integers"), ([1, 2**70], "integers"), ([True, False], "integers")])
 def test_token_digest_refuses_what_is_not_a_sequence_of_ids(bad, match):
     with pytest.raises(RecordError, match=match):
