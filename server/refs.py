@@ -19,6 +19,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
+from sglang_r3.capture.transport import RoutingUnavailable
+from sglang_r3.codes import STORE_ERROR_CODES
 from sglang_r3.record import RoutingRecord
 
 logger = logging.getLogger(__name__)
@@ -29,6 +31,7 @@ from sglang_r3.fleet.handle import (  # set by the fleet's engine actor on the l
     NAMESPACE_ENV,
     RAY_ADDRESS_ENV,
     STORE_ENV,
+    RecordHandle,
 )
 
 
@@ -88,7 +91,7 @@ async def _put(cfg: RefConfig, rid: str, record: RoutingRecord) -> Dict[str, Any
 
 
 def _error(meta: Dict[str, Any], code: str, message: str, rows: int) -> None:
-    meta["routing_error"] = {"code": code, "message": message, "missing_rows": rows, "rows": rows}
+    meta["routing_error"] = RoutingUnavailable(code, message, missing_rows=rows, rows=rows).to_meta()
 
 
 async def settle_one(out: Any) -> None:
@@ -110,13 +113,16 @@ async def settle_one(out: Any) -> None:
                f"{type(e).__name__}: {e}"[:500], rec.num_tokens)
         return
     if not answer.get("ok"):
-        _error(meta, answer.get("code", "store_refused"), answer.get("message", ""), rec.num_tokens)
+        code = answer.get("code")
+        if code not in STORE_ERROR_CODES:  # a store of another version: still no handle, said plainly
+            code, answer = "store_unavailable", {"message": f"record store {cfg.store} refused the record: {answer!r}"[:500]}
+        _error(meta, code, answer.get("message", ""), rec.num_tokens)
         return
-    meta["routing_ref"] = {
-        "store": cfg.store, "namespace": cfg.namespace, "engine": cfg.engine, "incarnation": cfg.incarnation,
-        "rid": rid, "start": rec.start, "num_tokens": rec.num_tokens,
-        "weight_version": rec.weight_version, "tokens_digest": rec.tokens_digest,
-    }
+    meta["routing_ref"] = RecordHandle(
+        store=cfg.store, namespace=cfg.namespace, engine=cfg.engine, incarnation=cfg.incarnation,
+        rid=rid, start=rec.start, num_tokens=rec.num_tokens,
+        weight_version=rec.weight_version, tokens_digest=rec.tokens_digest,
+    ).to_wire()
     from sglang_r3.patches.metrics import metrics
 
     if (m := metrics()) is not None:

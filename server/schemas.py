@@ -6,6 +6,8 @@ from typing import List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
+from sglang_r3.codes import ROUTING_ERROR_CODES
+
 
 class RoutingSelect(BaseModel):
     """Object form of ``return_routing``: which sections to return."""
@@ -101,10 +103,45 @@ class RoutingRecordSchema(BaseModel):
 class RoutingErrorSchema(BaseModel):
     """``meta_info.routing_error``: present instead of ``routing`` when some rows were never captured."""
 
-    code: Literal["missing_rows", "capture_off", "store_full", "store_unavailable", "engine_restarted", "duplicate"]
+    code: Literal[ROUTING_ERROR_CODES]
     message: str
     missing_rows: int
     rows: int
+
+
+class RoutingHandleSchema(BaseModel):
+    """``meta_info.routing_ref``: where a fleet engine's record waits (``return_routing: {"ref": true}``)."""
+
+    store: str
+    namespace: str
+    engine: str
+    incarnation: int
+    rid: str
+    start: int
+    num_tokens: int
+    weight_version: Optional[str] = None
+    tokens_digest: Optional[str] = None
+
+
+class RoutedMetaInfo(BaseModel):
+    """The routing fields of a /generate output's ``meta_info`` (next to SGLang's own); at most one is set."""
+
+    model_config = ConfigDict(extra="allow")
+    routing: Optional[RoutingRecordSchema] = None
+    routing_error: Optional[RoutingErrorSchema] = None
+    routing_ref: Optional[RoutingHandleSchema] = None
+    routed_experts: Optional[str] = Field(
+        None, description="Upstream's field when asked for: base64 int32 [T-1, num_hidden_layers, topk]."
+    )
+
+
+class RoutedOutput(BaseModel):
+    """One /generate output (a list of them for a batch); SGLang's fields as SGLang returns them."""
+
+    model_config = ConfigDict(extra="allow")
+    text: Optional[str] = None
+    output_ids: Optional[List[int]] = None
+    meta_info: RoutedMetaInfo
 
 
 class CaptureModeRequest(BaseModel):

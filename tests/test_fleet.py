@@ -235,6 +235,21 @@ def test_update_weights_bumps_the_version_that_new_records_carry(fleet):
         check_record(fetch([out])[0], _layout(fleet), prompt(3000) + out["output_ids"], weight_version="default")
 
 
+def _requests_held(url: str) -> int:
+    """Requests the engine's scheduler holds now (its running batch and waiting queue), read live."""
+    stats = httpx.get(url + "/routing/stats", timeout=TIMEOUT).json()
+    return sum(s["requests_held"] for s in stats)
+
+
+def _wait_held(url: str, threads: List[threading.Thread]) -> int:
+    """Poll until the scheduler holds a request, or every client has its answer (then 0)."""
+    while any(t.is_alive() for t in threads):
+        held = _requests_held(url)
+        if held:
+            return held
+    return 0
+
+
 def test_a_killed_engine_fails_its_in_flight_requests_comes_back_and_its_old_handles_fail_clearly(fleet):
     victim = 0
     eid = fleet.engine_ids[victim]
@@ -251,7 +266,15 @@ def test_a_killed_engine_fails_its_in_flight_requests_comes_back_and_its_old_han
     threads = [threading.Thread(target=long_request, args=(i,)) for i in range(16)]
     for t in threads:
         t.start()
-    time.sleep(3)
+    # Kill only once the victim's own scheduler holds requests, and hold them there: generation is
+    # paused in place (the requests stay in its running batch and cannot finish), and the count is
+    # read again under the pause. Nothing here depends on how fast the machine decodes.
+    victim_url = engine_url(fleet, eid)
+    held = _wait_held(victim_url, threads)
+    assert held > 0, "every request finished before the victim's scheduler was seen holding one"
+    httpx.post(victim_url + "/pause_generation", json={"mode": "in_place"}, timeout=TIMEOUT).raise_for_status()
+    held = _requests_held(victim_url)
+    assert held > 0, "the victim's requests finished before generation was paused"
     dead = fleet.kill_engine(victim)
     for t in threads:
         t.join(timeout=300)

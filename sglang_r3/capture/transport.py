@@ -31,7 +31,7 @@ _DTYPE_NAMES = {"uint8": np.uint8, "int16": np.uint16, "uint16": np.uint16}
 class RoutingUnavailable:
     """Why a finished request gets no rows (``meta_info.routing_error`` on the wire)."""
 
-    code: str  # "missing_rows" | "capture_off"
+    code: str  # one of codes.ROUTING_ERROR_CODES
     message: str
     missing_rows: int
     rows: int

@@ -46,6 +46,8 @@ class EngineSpec:
     health_interval_s: float = 2.0
     health_failures: int = 3  # consecutive failed /health checks that count as dead
     max_restarts: int = 5
+    # Ray node id of the gateway's host: an engine on that node is reached over loopback.
+    gateway_node: Optional[str] = None
 
 
 def _die_with_parent() -> None:
@@ -57,6 +59,20 @@ def _die_with_parent() -> None:
         pass
 
 
+def _engine_host(gateway_node: Optional[str]) -> str:
+    """Where the gateway (and the driver beside it) reaches this engine: loopback on its own node,
+    else the address Ray registered for this node."""
+    import ray
+
+    node_id = ray.get_runtime_context().get_node_id()
+    if node_id == gateway_node:
+        return "127.0.0.1"
+    for node in ray.nodes():
+        if node.get("NodeID") == node_id:
+            return node["NodeManagerAddress"]
+    return ray.util.get_node_ip_address()
+
+
 class EngineActor:
     """Run as an async Ray actor (``ray.remote(EngineActor)``)."""
 
@@ -64,7 +80,7 @@ class EngineActor:
         import ray
 
         self.spec = spec
-        self.host = ray.util.get_node_ip_address()
+        self.host = _engine_host(spec.gateway_node)
         self.port = free_port()
         self.gcs_address = ray.get_runtime_context().gcs_address
         self.store = ray.get_actor(spec.store_name, namespace=spec.namespace)

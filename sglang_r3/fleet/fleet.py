@@ -57,6 +57,7 @@ class Fleet:
             raise RuntimeError("call ray.init() (or ray.init(address=...)) before Fleet.start()")
         c = self.config
         node_for = ray.remote(_node_id)  # a task with the engine's resources: which node has room for it
+        here = ray.get_runtime_context().get_node_id()  # the gateway runs beside this driver
         try:
             for i in range(c.engines):
                 eid = f"{self.name}-e{i}"
@@ -70,7 +71,7 @@ class Fleet:
                 ).remote(store_name, eid, c.bounds)
                 ray.get(store.ping.remote())
                 spec = EngineSpec(eid, store_name, c.namespace, list(c.engine_flags), c.startup_timeout_s,
-                                  c.health_interval_s, max_restarts=c.max_restarts)
+                                  c.health_interval_s, max_restarts=c.max_restarts, gateway_node=here)
                 engine = ray.remote(EngineActor).options(
                     name=f"r3-engine-{eid}", namespace=c.namespace, num_cpus=c.num_cpus, num_gpus=c.num_gpus,
                     max_concurrency=64, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional
 
+from sglang_r3.codes import HANDLE_ERROR_CODES
 from sglang_r3.record import RecordError
 
 # The engine actor (fleet/engine.py) tells its launcher's HTTP process (server/refs.py) where its
@@ -27,14 +28,13 @@ NAMESPACE = "sglang_r3"  # Ray namespace of every fleet's named actors
 
 class RecordUnavailableError(RecordError):
     """A handle that cannot be resolved: its engine incarnation died, it was fetched, expired, or
-    the store is gone. ``code`` is one of HANDLE_CODES; the message names the engine and request."""
+    the store is gone. ``code`` is one of ``codes.HANDLE_ERROR_CODES``; the message names the engine and request."""
 
     def __init__(self, code: str, message: str):
+        if code not in HANDLE_ERROR_CODES:
+            raise ValueError(f"{code!r} is not one of {HANDLE_ERROR_CODES}")
         super().__init__(message)
         self.code = code
-
-
-HANDLE_CODES = ("engine_restarted", "released", "unknown", "mismatch", "wrong_store", "store_gone")
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import msgpack
 
+from sglang_r3.codes import STORE_ERROR_CODES
 from sglang_r3.record import RoutingRecord
 
 TOMBSTONES = 65536  # how many released request ids a store remembers (for clear late-handle errors)
@@ -208,4 +209,6 @@ class RecordStore:
 
 
 def _refusal(code: str, message: str) -> Dict[str, Any]:
+    if code not in STORE_ERROR_CODES:  # the HTTP layer forwards only documented codes
+        raise ValueError(f"{code!r} is not one of {STORE_ERROR_CODES}")
     return {"ok": False, "code": code, "message": message}

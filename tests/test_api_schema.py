@@ -1,0 +1,57 @@
+"""The rollout API documents what it sends: /generate's answer, every routing error code, the handle.
+
+The oracle is each producer's own behaviour: the record store's refusals and the capture's
+missing-row answer must be codes the published schema lists.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fastapi import FastAPI
+
+from server.routes import router
+from sglang_r3.fleet.handle import RecordUnavailableError
+from sglang_r3.fleet.store import RecordStore, StoreBounds, encode_record
+from sglang_r3.record import RoutingRecord, token_digest
+
+
+def _openapi() -> dict:
+    app = FastAPI()
+    app.include_router(router)
+    return app.openapi()
+
+
+def _record(rows: int) -> RoutingRecord:
+    experts = (np.arange(rows * 3 * 4, dtype=np.uint8).reshape(rows, 3, 4) % 16)
+    return RoutingRecord("fp", 0, (1, 2, 3), experts, tokens_digest=token_digest(range(rows + 1)))
+
+
+def test_generate_documents_the_record_the_error_and_the_handle_it_can_return():
+    doc = _openapi()
+    ok = doc["paths"]["/generate"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert {"$ref": "#/components/schemas/RoutedOutput"} in ok["anyOf"]
+    meta = doc["components"]["schemas"]["RoutedMetaInfo"]["properties"]
+    assert {"routing", "routing_error", "routing_ref", "routed_experts"} <= set(meta)
+
+
+def test_every_refusal_the_record_store_sends_is_a_documented_routing_error_code():
+    documented = set(_openapi()["components"]["schemas"]["RoutingErrorSchema"]["properties"]["code"]["enum"])
+    store = RecordStore("s", "e", StoreBounds(max_records=1, max_bytes=1 << 20, ttl_s=600))
+    seen = set()
+    inc = store.stats.incarnation
+    assert store.put(inc, "a", encode_record(_record(4)))["ok"]
+    for answer in (
+        store.put(inc, "b", encode_record(_record(4))),  # full
+        store.put(inc + 7, "c", encode_record(_record(4))),  # not the live incarnation
+    ):
+        assert not answer["ok"]
+        seen.add(answer["code"])
+    assert seen == {"store_full", "engine_restarted"}
+    assert seen <= documented
+    assert {"missing_rows", "capture_off"} <= documented  # the capture's own answers (capture/transport)
+
+
+def test_a_handle_error_with_an_undocumented_code_is_refused_where_it_is_made():
+    with pytest.raises(ValueError, match="store_refused"):
+        RecordUnavailableError("store_refused", "x")
