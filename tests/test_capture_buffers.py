@@ -95,14 +95,15 @@ def test_staging_storage_survives_forwards_up_to_the_limit_and_a_bigger_one_rais
     assert cap.staging_ptr() == ptr
 
 
+@pytest.mark.parametrize("word_scatter", [True, False], ids=["cpu-word-scatter", "row-buffer-store"])
 @pytest.mark.parametrize("topk,experts", [(4, 16), (8, 160), (6, 64), (8, 300)])
-def test_rows_land_at_their_kv_slots_and_are_marked_written(topk, experts):
+def test_rows_land_at_their_kv_slots_and_are_marked_written(topk, experts, word_scatter):
     # top-4/8 uint8 ids move as one machine word at the forward end; top-6 uint8 and top-8 uint16
     # (16 bytes) take the plain transposed copy.
     layout = ModelLayout("Glm4MoeForCausalLM", 4, (
         LayerInfo(0, "dense"), *(LayerInfo(i, "moe", None, experts, topk) for i in (1, 2, 3)),
         LayerInfo(4, "mtp", 1, experts, topk)))
-    cap = RoutingCapturer(layout, num_slots=32, max_batch_tokens=MAX_TOKENS)
+    cap = RoutingCapturer(layout, num_slots=32, max_batch_tokens=MAX_TOKENS, host_word_scatter=word_scatter)
     slots = [5, 9, 2]
     g = torch.Generator().manual_seed(topk * experts)
     chosen = {}
@@ -114,6 +115,29 @@ def test_rows_land_at_their_kv_slots_and_are_marked_written(topk, experts):
     assert missing == 0 and rows.shape == (3, 3, topk)
     for col, layer in enumerate((1, 2, 3)):
         assert torch.equal(rows[:, col, :].to(torch.int32), chosen[layer])
+
+
+def test_both_row_store_paths_leave_the_same_host_rows_and_marks_at_the_glm_shape():
+    # Top-8 of 160 experts, uint8 (GLM-4.5 / DeepSeek-V3): one 64-bit word per (layer, token). On CPU the
+    # forward end scatters staging words into the host buffer; device staging goes through the row
+    # buffer and _store. Forwards of mixed sizes, one that misses a layer, and slots written twice.
+    layout = ModelLayout("Glm4MoeForCausalLM", 5, (
+        LayerInfo(0, "dense"), *(LayerInfo(i, "moe", None, 160, 8) for i in (1, 2, 3, 4)),
+        LayerInfo(5, "mtp", 1, 160, 8)))
+    caps = [RoutingCapturer(layout, num_slots=96, max_batch_tokens=MAX_TOKENS, host_word_scatter=w) for w in (True, False)]
+    g = torch.Generator().manual_seed(8)
+    steps = [(list(range(0, 40)), (1, 2, 3, 4)), ([50], (1, 2, 3, 4)), (list(range(30, 64)), (1, 2, 3, 4)),
+             ([60, 61, 62], (1, 2, 4)), ([7, 95], (1, 2, 3, 4))]
+    for slots, layers in steps:
+        ids = {l: torch.stack([torch.randperm(160, generator=g)[:8] for _ in slots]).to(torch.int32) for l in layers}
+        for cap in caps:
+            for l in layers:
+                cap.capture(l, ids[l])
+            cap.on_forward_end(_batch(slots))
+    words, store = caps
+    assert torch.equal(words.host, store.host) and torch.equal(words.written, store.written)
+    assert not bool(words.written[[60, 61, 62]].any())  # the forward without layer 3 cleared its slots' rows
+    assert int(words.written.sum()) == 64 + 1 - 3  # slots 0..63 and 95, less the incomplete forward's
 
 
 def test_deferred_copy_equals_the_synchronous_one_and_leaves_the_forward_path_copy_free():

@@ -122,7 +122,10 @@ class RoutingCapturer:
         num_slots: int,
         max_batch_tokens: int,
         device: str | torch.device = "cpu",
+        host_word_scatter: bool = True,
     ):
+        """host_word_scatter: with CPU staging of word-sized rows, scatter staging words straight into
+        the host buffer (False: the row buffer and ``_store``, the path device staging always takes)."""
         self.layout = layout
         self.topk = layout.topk
         self.num_moe = len(layout.moe_layer_ids)
@@ -153,9 +156,9 @@ class RoutingCapturer:
         self._rows = torch.empty((max_batch_tokens, self.num_moe, self.topk), dtype=self.dtype, device=self.device)
         # CPU staging is host memory already: the forward end scatters its words straight into the host
         # buffer's words through numpy ([slots, n_moe] <- [n_moe, n].T), one fancy assignment in place of
-        # the row-buffer transpose, two tensor->numpy hops and a second copy (13 -> 4 us at decode sizes).
+        # the row-buffer transpose, two tensor->numpy hops and a second copy.
         self._cpu_words = None
-        if self._staging_words is not None and self.device.type == "cpu":
+        if host_word_scatter and self._staging_words is not None and self.device.type == "cpu":
             stage_w = self._staging_words.numpy().reshape(self.num_moe, max_batch_tokens)
             host_w = self._host_np.view(stage_w.dtype).reshape(num_slots, self.num_moe)
             # A copy would have its own bounds: the O(1) bounds check is enough (reshape of a contiguous array is a view).
