@@ -28,7 +28,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-try:  # SIMD base64 (a dependency of sglang); ~10x the stdlib on large records
+try:  # SIMD base64 (a dependency of sglang), for large records
     from pybase64 import b64decode as _b64decode, b64encode as _b64encode
 except ImportError:  # pragma: no cover
     from base64 import b64decode as _b64decode, b64encode as _b64encode
@@ -86,7 +86,7 @@ _DTYPE_NAMES: Dict[np.dtype, str] = {}
 
 
 def _dtype_name(dtype: np.dtype) -> str:
-    # str(np.dtype) walks numpy's Python-level naming code (~5 us); records name one of a few dtypes.
+    # str(np.dtype) walks numpy's Python-level naming code; records name one of a few dtypes.
     name = _DTYPE_NAMES.get(dtype)
     if name is None:
         name = _DTYPE_NAMES[dtype] = str(dtype)
@@ -137,7 +137,7 @@ def pack_ids(ids: np.ndarray, bits: int) -> bytes:
 # Ids per block of the grouped packer (8 ids of b < 8 bits are exactly b bytes): blocks of 1M ids
 # keep each column's temporaries cache-sized.
 _GROUP_BLOCK = 1 << 20
-# Groups (64-bit words) per block of the unpacker: 32K words (256 KiB per temporary) measured fastest.
+# Groups (64-bit words) per block of the unpacker: 32K words (256 KiB per temporary) stay in cache.
 _SPREAD_BLOCK = 1 << 15
 
 

@@ -146,8 +146,8 @@ class RoutingCapturer:
         # with a handful of slots at a time, where a torch op's dispatch costs more than the copy.
         self._host_np, self._written_np = self.host.numpy(), self.written.numpy()
         # Layer-major [n_moe, max_tokens, topk]: each layer's capture is one contiguous block (the
-        # int32 -> compact conversion into a strided row-major slice cost ~3x as much per layer); the
-        # forward end reads it back as rows [n, n_moe, topk] through a transposed view.
+        # int32 -> compact conversion into a strided row-major slice is the slow form of the same
+        # copy); the forward end reads it back as rows [n, n_moe, topk] through a transposed view.
         self.staging = torch.zeros((self.num_moe, max_batch_tokens, self.topk), dtype=self.dtype, device=self.device)
         # The forward end turns the layer-major staging into rows by moving each (layer, token) group of
         # topk ids as one machine word (a word-wise transpose copy), into a row buffer allocated once.

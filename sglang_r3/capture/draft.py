@@ -13,7 +13,7 @@ one draft forward:
 
 Storage: one packed record array per request, grown geometrically. A decode
 step files one entry per request, so a Python object per filed slice would cost
-~40x the entry's own bytes for as long as the request lives.
+many times the entry's own bytes for as long as the request lives.
 """
 
 from __future__ import annotations

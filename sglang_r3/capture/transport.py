@@ -15,7 +15,7 @@ from typing import Optional
 
 import msgpack
 import numpy as np
-import pybase64  # SIMD base64 (a dependency of sglang): ~10x the stdlib on a 32k-token payload
+import pybase64  # SIMD base64 (a dependency of sglang), for long payloads
 
 from sglang_r3.record import MtpRouting
 
@@ -50,9 +50,9 @@ class CapturedRouting:
 
 
 class PayloadBytes(bytes):
-    """The payload in ``req.routed_experts``. A torch tensor there (as upstream puts) costs ~110 us per
-    request to pickle to the detokenizer and back; bytes cost ~4 us. The detokenizer only calls
-    ``.numpy().tobytes()`` on it."""
+    """The payload in ``req.routed_experts``. A torch tensor there (as upstream puts) goes through
+    torch's pickling (storage sharing, type reconstruction) to the detokenizer and back; bytes pickle
+    as bytes. The detokenizer only calls ``.numpy().tobytes()`` on it."""
 
     def numpy(self) -> np.ndarray:
         return np.frombuffer(self, dtype=np.uint8)
