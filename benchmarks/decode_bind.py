@@ -6,8 +6,8 @@ slime (THUDM/slime 624b824): ``json.loads`` (utils/http_utils.py) -> ``decode_in
 (ray/rollout.py, observability/rollout_data_utils.py) -> ``prepare_routed_experts_for_routing_replay``
 (backends/megatron_utils/cp_utils.py) -> ``x[:, layer_id]`` per MoE layer (actor.py ``fill_routing_replay``)
 -> ``RoutingReplay.record`` (utils/routing_replay.py: a compact copy).
-Ours: ``json.loads`` / ``msgpack.unpackb`` -> ``RoutingRecord.from_wire`` -> ``fill_slime_replays``
-(check_records, pack_rows, one compact tensor per layer), or ``ReplayFiller.pack`` + ``layer_tensors`` (int64).
+Ours: ``json.loads`` / ``msgpack.unpackb`` -> ``RoutingRecord.from_wire`` -> ``integrations.slime.layer_rows``
+(check_record per sample, pack_rows, one compact tensor per layer), or ``ReplayFiller.pack`` + ``layer_tensors`` (int64).
 Both parse JSON with the stdlib ``json`` (what slime's http_utils and ``httpx.Response.json()`` use).
 """
 
@@ -159,12 +159,16 @@ class _Replay:
         self.got = t
 
 
-def ours_slime_adapter(records: List[RoutingRecord], tokens: List[torch.Tensor], layout: ModelLayout) -> List[torch.Tensor]:
-    """sglang_r3/trainer/slime_adapter.py fill_slime_replays: check_records, pack_rows, one compact copy per layer."""
-    from sglang_r3.trainer.slime_adapter import fill_slime_replays
+def ours_slime_rows(records: List[RoutingRecord], tokens: List[torch.Tensor], layout: ModelLayout) -> List[torch.Tensor]:
+    """sglang_r3/integrations/slime.py layer_rows (what fill_routing_replay records, without the model):
+    check_record per sample, pack_rows, one compact block per layer."""
+    from sglang_r3.integrations.slime import layer_rows
+    from sglang_r3.trainer.packing import TokenLayout
 
+    rows, _ = layer_rows(records, tokens, layout, TokenLayout(), layout.moe_layer_ids)
     replays = [_Replay() for _ in layout.moe_layer_ids]
-    fill_slime_replays(replays, records, tokens, layout)
+    for replay, block in zip(replays, rows):
+        replay.record(block)
     return [r.got for r in replays]
 
 
@@ -223,8 +227,8 @@ def run_shape(shape: Shape, lengths: List[int], repeats: int) -> Dict[str, Any]:
     layout, args = _layout(shape), SlimeArgs(shape)
     paths: Dict[str, Callable[[], List[torch.Tensor]]] = {
         "slime": lambda: slime_batch(b["slime"], tokens, args),
-        "ours_json": lambda: ours_batch(b["ours_json"], tokens, layout, False, ours_slime_adapter),
-        "ours_msgpack": lambda: ours_batch(b["ours_msgpack"], tokens, layout, True, ours_slime_adapter),
+        "ours_json": lambda: ours_batch(b["ours_json"], tokens, layout, False, ours_slime_rows),
+        "ours_msgpack": lambda: ours_batch(b["ours_msgpack"], tokens, layout, True, ours_slime_rows),
         "ours_json_filler_int64": lambda: ours_batch(b["ours_json"], tokens, layout, False, ours_filler_pack),
     }
     # Same output: every path ends at one [rows, topk] tensor per decoder MoE layer with the same ids

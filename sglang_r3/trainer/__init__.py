@@ -19,7 +19,6 @@ from sglang_r3.trainer.join import JoinedRecord, RecordPart, Segment, join_recor
 from sglang_r3.trainer.model_check import check_model_against_layout
 from sglang_r3.trainer.mtp_metrics import mtp_loss_metrics
 from sglang_r3.trainer.packing import PackedRows, TokenLayout, pack_rows
-from sglang_r3.trainer.slime_adapter import SlimeFillResult, fill_slime_replays
 from sglang_r3.trainer.validate import check_record, check_records
 
 __all__ = [
@@ -36,13 +35,11 @@ __all__ = [
     "ReplayFiller",
     "RouterSite",
     "Segment",
-    "SlimeFillResult",
     "TokenLayout",
     "check_model_against_layout",
     "check_record",
     "check_records",
     "fidelity_report",
-    "fill_slime_replays",
     "find_routers",
     "join_records",
     "logprob_drift",

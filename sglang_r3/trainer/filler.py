@@ -13,6 +13,14 @@ and an activation recompute (a router forward inside autograd's backward) takes
 the rows of the oldest forward not yet recomputed. Megatron's own RouterReplay
 holds a single forward target, so the filler sets it from the queue just
 before each router forward.
+
+Live health (``measure=True``, sglang_r3/trainer/health.py): every replaying decoder router also
+takes its own top-k from the scores it computed and counts where its expert set differs from the
+replayed one, on its device; ``health()`` reads the counts once per step.
+
+On a GPU, rows reach the router's device before its forward through pinned memory and a
+non-blocking copy (Megatron's RouterReplay would otherwise copy a host tensor inside the router,
+a synchronous copy on the forward path).
 """
 
 from __future__ import annotations
@@ -22,12 +30,23 @@ from dataclasses import dataclass
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from sglang_r3.layout import ModelLayout
 from sglang_r3.record import RecordError, RoutingRecord
 from sglang_r3.trainer.discovery import RouterSite, as_chunks, find_routers
 from sglang_r3.trainer.errors import ReplayError
+from sglang_r3.trainer.health import (
+    LIVE_ATTR,
+    METER_ATTR,
+    HealthBook,
+    HealthCounts,
+    in_backward,
+    live_router,
+    measure_router,
+    router_device,
+)
 from sglang_r3.trainer.model_check import check_model_against_layout, model_config
 from sglang_r3.trainer.packing import PackedRows, TokenLayout, pack_rows
 from sglang_r3.trainer.validate import check_records
@@ -68,12 +87,15 @@ class ReplayFiller:
         token_layout: Optional[TokenLayout] = None,
         weight_version: Optional[str] = None,
         allow_mixed_versions: bool = False,
+        measure: bool = False,
     ):
         """weight_version: the version of the weights the trainer holds (SGLang's weight version string
         of the policy that generated the rollouts). When set, records routed with other weights are
         refused; update it with ``filler.weight_version = v`` after each weight sync.
         allow_mixed_versions: accept records that spanned a weight update (``"mixed:v1,v2"``), which
-        are refused by default."""
+        are refused by default.
+        measure: count, during replayed forwards, the pairs where a router's own routing differs from
+        the record (``health()``); device-side, read once per step."""
         self.chunks = as_chunks(model_or_chunks)
         self.layout = layout
         self.weight_version = weight_version
@@ -82,6 +104,7 @@ class ReplayFiller:
         check_model_against_layout(self.chunks, self.sites, layout)
         self.decoder_sites = [s for s in self.sites if not s.is_mtp]
         self.mtp_sites = [s for s in self.sites if s.is_mtp]
+        self.measure = bool(measure)
         self._token_layout = token_layout
         self._columns = {lid: i for i, lid in enumerate(layout.moe_layer_ids)}
         for s in self.decoder_sites:
@@ -90,6 +113,12 @@ class ReplayFiller:
                 s.router.register_forward_pre_hook(_row_guard(s))
                 s.router._r3_row_guard = True
             s.router._r3_queue = None  # set by fill_microbatches, read by the guard
+        self._health: Optional[HealthBook] = None
+        if self.measure:
+            self._health = HealthBook(
+                [measure_router(s.router, s.layer_id) for s in self.decoder_sites],
+                [live_router(s.router, s.layer_id) for s in self.mtp_sites],
+            )
         logger.info(
             "R3 replay: %d decoder MoE routers replay records (layers %s); %d MTP router(s) left live "
             "(routing computed by the trainer)",
@@ -132,10 +161,13 @@ class ReplayFiller:
         per_layer = packed.layer_tensors()
         targets = [per_layer[self._columns[s.layer_id]] for s in self.decoder_sites]
         self._drop_queues()  # a single fill replaces a queued step
+        self._arm()
+        bind = self._binder(packed.real)
         for s, t in zip(self.decoder_sites, targets):
             rr = s.router.router_replay
-            rr.set_target_indices(t)  # also queued for backward recomputation
+            rr.set_target_indices(_on_device(t, router_device(s.router)))  # also queued for recomputation
             rr.set_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
+            bind(s)
         self._live_mtp()
         return self._summary(len(records), packed.num_rows)
 
@@ -159,14 +191,19 @@ class ReplayFiller:
             except (RecordError, ReplayError) as e:
                 raise type(e)(f"microbatch {m}: {e}") from None
         self.clear()
+        self._arm()
         per_mb = [p.layer_tensors() for p in packed]
+        binders = [self._binder(p.real) for p in packed]
         for s in self.decoder_sites:
             col = self._columns[s.layer_id]
+            dev = router_device(s.router)
             s.router._r3_queue = _RouterQueue(
-                forward=deque((m, layers[col]) for m, layers in enumerate(per_mb)),
+                forward=deque((m, _pinned_for(layers[col], dev)) for m, layers in enumerate(per_mb)),
                 recompute=deque(),
                 filled=len(per_mb),
             )
+            for bind in binders:  # one binding per microbatch, consumed by the router's forwards in order
+                bind(s)
         self._live_mtp()
         return [self._summary(len(b[0]), p.num_rows) for b, p in zip(microbatches, packed)]
 
@@ -195,6 +232,52 @@ class ReplayFiller:
         self.clear()
         if problems:
             raise ReplayError("replay queue not consumed exactly: " + "; ".join(problems))
+
+    # -- live health -------------------------------------------------------------
+    def health(self, reset: bool = True) -> Dict[str, float]:
+        """This step's R3 health as a flat dict for any logger (one device->host copy):
+
+        ``r3/flip_rate`` (share of replayed (token, MoE layer) pairs whose own expert set differs from
+        the record's), ``r3/tokens_with_flip`` (share of replayed rows with a flip in some layer),
+        ``r3/flip_rate/layer_{id}``, ``r3/rows_replayed`` (record rows, pad rows excluded), counts
+        (``r3/pairs_replayed``, ``r3/pairs_flipped``, ``r3/tokens_flipped``), and the MTP routers'
+        own figures apart: ``r3/mtp/rows_routed[/layer_{id}]`` (rows they routed live).
+        Counts are this rank's layers and rows; ``health_counts`` gives them for summing across ranks."""
+        return self.health_counts(reset).metrics()
+
+    def health_counts(self, reset: bool = True) -> HealthCounts:
+        if self._health is None:
+            raise ReplayError("health() needs ReplayFiller(..., measure=True)")
+        return self._health.read(reset)
+
+    def _arm(self) -> None:
+        """Meters on these routers count only for a filler that asked to measure (models are shared)."""
+        for s in self.decoder_sites:
+            m = getattr(s.router, METER_ATTR, None)
+            if m is not None:
+                m.armed = self.measure
+                m.drop_bindings()
+        for s in self.mtp_sites:
+            live = getattr(s.router, LIVE_ATTR, None)
+            if live is not None:
+                live.armed = self.measure
+        if self._health is not None:
+            self._health.start_fill()
+            self._health.arm(True)
+
+    def _binder(self, real: np.ndarray):
+        """pushes one microbatch's binding (pad mask, token flags; one per device) onto a router's meter."""
+        made: Dict[Any, Any] = {}
+
+        def bind(site: RouterSite) -> None:
+            if self._health is None:
+                return
+            dev = router_device(site.router)
+            if dev not in made:
+                made[dev] = self._health.binding(real, dev)
+            getattr(site.router, METER_ATTR).push(made[dev])
+
+        return bind
 
     def _summary(self, num_samples: int, num_rows: int) -> FillSummary:
         return FillSummary(
@@ -244,6 +327,9 @@ class ReplayFiller:
         for s in self.decoder_sites:
             s.router.router_replay.clear_indices()
             s.router.router_replay.clear_router_replay_action()
+            m = getattr(s.router, METER_ATTR, None)
+            if m is not None:
+                m.drop_bindings()  # counts so far stay for health()
 
     def _live_mtp(self) -> None:
         # A global RouterReplay.set_global_router_replay_action would reach MTP routers too.
@@ -261,9 +347,16 @@ def _ensure_replay(site: RouterSite) -> None:
         site.router.router_replay = RouterReplay()
 
 
-def _in_backward() -> bool:
-    """True inside autograd's backward: a router forward there is an activation recompute."""
-    return torch._C._current_graph_task_id() != -1
+def _pinned_for(rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host rows for a GPU router in pinned memory, so the copy before its forward need not block."""
+    return rows.pin_memory() if device.type == "cuda" and rows.device.type == "cpu" else rows
+
+
+def _on_device(rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """rows on the router's device, copied without the host waiting (pinned source, non-blocking)."""
+    if rows.device == device:
+        return rows
+    return _pinned_for(rows, device).to(device, non_blocking=True)
 
 
 def _row_guard(site: RouterSite):
@@ -304,7 +397,7 @@ def _take_queued(site: RouterSite, rr: Any, q: _RouterQueue) -> str:
     """Point Megatron's RouterReplay at the rows this call must use; return ' (microbatch m)' for messages."""
     from megatron.core.transformer.moe.router_replay import RouterReplayAction
 
-    if _in_backward():
+    if in_backward():
         if not q.recompute:
             raise ReplayError(
                 f"{site.describe()}: activation recompute #{q.recomputes + 1} but no forward is awaiting "
@@ -320,6 +413,7 @@ def _take_queued(site: RouterSite, rr: Any, q: _RouterQueue) -> str:
             f"{site.describe()}: forward #{q.forwards + 1} but only {q.filled} microbatch(es) were filled"
         )
     m, rows = q.forward.popleft()
+    rows = _on_device(rows, router_device(site.router))  # kept on the device for the recompute too
     q.forwards += 1
     # Kept whatever the grad mode: a checkpointed layer's first forward runs under no_grad.
     q.recompute.append((m, rows))

@@ -76,8 +76,8 @@ def layer_major(experts: np.ndarray) -> np.ndarray:
     """[rows, layers, topk] -> contiguous [layers, rows, topk] (each layer's rows one compact block).
 
     Each (row, layer) group of topk ids moves as one machine word, through torch's blocked transpose
-    copy: for a 100k-row Qwen3-30B-A3B pack (48 layers, top-8 uint8) ~3x faster than numpy's
-    ``ascontiguousarray(w.T)`` and ~10x faster than one strided gather per layer.
+    copy, which beats numpy's ``ascontiguousarray(w.T)`` and one strided gather per layer
+    (benchmarks/README.md, decode + bind).
     """
     rows, layers, topk = experts.shape
     word = _WORDS.get(topk * experts.itemsize)
@@ -89,11 +89,21 @@ def layer_major(experts: np.ndarray) -> np.ndarray:
     return moved.view(experts.dtype).reshape(layers, rows, topk)
 
 
-def _pad_rows(x: np.ndarray, pad: int, num_experts: int) -> np.ndarray:
+def _pad_rows(
+    x: np.ndarray, pad: int, num_experts: int, pad_layers: Optional[Tuple[Sequence[int], int]] = None
+) -> np.ndarray:
     if pad <= 0:
         return x
     _, layers, topk = x.shape
-    fill = (np.arange(pad * layers * topk, dtype=np.int64) % num_experts).reshape(pad, layers, topk)
+    if pad_layers is None:
+        fill = (np.arange(pad * layers * topk, dtype=np.int64) % num_experts).reshape(pad, layers, topk)
+    else:
+        # slime pads its [rows, num_layers, topk] array with arange over all layers and then takes each
+        # layer's column: row r of layer l holds (r * num_layers * topk + l * topk + j) % num_experts.
+        layer_ids, num_layers = pad_layers
+        r = np.arange(pad, dtype=np.int64)[:, None, None] * (num_layers * topk)
+        l = np.asarray(layer_ids, dtype=np.int64)[None, :, None] * topk
+        fill = (r + l + np.arange(topk, dtype=np.int64)[None, None, :]) % num_experts
     return np.concatenate([x, fill.astype(x.dtype)], axis=0)
 
 
@@ -111,15 +121,25 @@ def _cp_slice(x: np.ndarray, pad_fn: Callable[[np.ndarray, int], np.ndarray], cp
     return np.concatenate([a, b], axis=0)
 
 
-def pack_rows(per_sample: Sequence[np.ndarray], num_experts: int, layout: TokenLayout = TokenLayout()) -> PackedRows:
-    """per_sample[i]: [T_i - 1, layers, topk] -> this rank's rows of the packed microbatch."""
+def pack_rows(
+    per_sample: Sequence[np.ndarray],
+    num_experts: int,
+    layout: TokenLayout = TokenLayout(),
+    pad_layers: Optional[Tuple[Sequence[int], int]] = None,
+) -> PackedRows:
+    """per_sample[i]: [T_i - 1, layers, topk] -> this rank's rows of the packed microbatch.
+
+    pad_layers: ``(layer id of each column, num_hidden_layers)`` to fill pad rows exactly as slime
+    does (its pattern runs over every decoder layer of the upstream array); by default the pattern
+    runs over the columns given. Either way pad rows are valid, distinct ids.
+    """
     if not per_sample:
         raise ValueError("pack_rows needs at least one sample")
     # Stay in the records' compact dtype until the per-layer int64 tensors are made (layer_tensors).
     dtype = np.result_type(*[np.asarray(r).dtype for r in per_sample])
     rows = [np.ascontiguousarray(r, dtype=dtype) for r in per_sample]
     masks = [np.ones(len(r), dtype=bool) for r in rows]
-    pad_x = lambda x, n: _pad_rows(x, n, num_experts)  # noqa: E731
+    pad_x = lambda x, n: _pad_rows(x, n, num_experts, pad_layers)  # noqa: E731
 
     rows = [pad_x(r, 1) for r in rows]
     masks = [_pad_mask(m, 1) for m in masks]

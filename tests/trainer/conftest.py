@@ -45,6 +45,7 @@ def _fresh_replay_state(request):
     yield
     if "megatron_cpu" not in request.fixturenames:
         return
+    from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler
     from megatron.core.transformer.moe.router_replay import RouterReplay
     from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
 
@@ -52,3 +53,9 @@ def _fresh_replay_state(request):
     RouterReplay.clear_global_router_replay_action()
     # Sized by the first model that logs; a 1-head and a 3-head model must not share it.
     MTPLossLoggingHelper.tracker.clear()
+    # A plain backward leaves a 0-d scale here that Megatron's schedule later copies a [1] tensor into.
+    MoEAuxLossAutoScaler.main_loss_backward_scale = None
+    # Megatron's MoE layer-wise tracker is sized by the first model that logs, like the MTP one.
+    from megatron.core.transformer.moe.moe_utils import get_moe_layer_wise_logging_tracker
+
+    get_moe_layer_wise_logging_tracker().clear()

@@ -35,7 +35,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_megatron_cpu(rank: int = 0, world_size: int = 1, pipeline_parallel: int = 1) -> None:
+def init_megatron_cpu(
+    rank: int = 0, world_size: int = 1, pipeline_parallel: int = 1, virtual_pipeline: Optional[int] = None
+) -> None:
     """gloo ranks (one by default), CPU shims; model-parallel sizes 1 except pipeline. Idempotent.
 
     Several ranks: each process calls this with its rank; MASTER_ADDR/MASTER_PORT must be set."""
@@ -77,7 +79,9 @@ def init_megatron_cpu(rank: int = 0, world_size: int = 1, pipeline_parallel: int
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    parallel_state.initialize_model_parallel(1, pipeline_parallel)
+    parallel_state.initialize_model_parallel(
+        1, pipeline_parallel, virtual_pipeline_model_parallel_size=virtual_pipeline
+    )
     model_parallel_cuda_manual_seed(1234, inference_rng_tracker=True, force_reset_rng=True)
     _INITIALIZED = True
 
@@ -106,8 +110,9 @@ class TinyMoeSpec:
         return [0] * self.dense_first + [1] * (self.num_layers - self.dense_first)
 
 
-def build_gpt(spec: TinyMoeSpec, seed: int = 1234, **config_overrides):
-    """config_overrides: extra TransformerConfig fields (e.g. activation recompute)."""
+def build_gpt(spec: TinyMoeSpec, seed: int = 1234, vp_stage: Optional[int] = None, **config_overrides):
+    """config_overrides: extra TransformerConfig fields (e.g. activation recompute).
+    vp_stage: the virtual pipeline stage this chunk is (with virtual_pipeline_model_parallel_size set)."""
     init_megatron_cpu()
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import (
@@ -146,11 +151,15 @@ def build_gpt(spec: TinyMoeSpec, seed: int = 1234, **config_overrides):
     from megatron.core import parallel_state as ps
 
     # A pipeline stage builds its own slice of layers; the MTP block sits on the last stage.
-    first, last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
+    virtual = vp_stage is not None
+    first = ps.is_pipeline_first_stage(ignore_virtual=not virtual, vp_stage=vp_stage)
+    last = ps.is_pipeline_last_stage(ignore_virtual=not virtual, vp_stage=vp_stage)
     pp_rank = ps.get_pipeline_model_parallel_rank()
-    block = get_gpt_decoder_block_spec(config, use_transformer_engine=False, normalization="RMSNorm", pp_rank=pp_rank)
+    block = get_gpt_decoder_block_spec(
+        config, use_transformer_engine=False, normalization="RMSNorm", vp_stage=vp_stage, pp_rank=pp_rank
+    )
     mtp = (
-        get_gpt_mtp_block_spec(config, block, use_transformer_engine=False, pp_rank=pp_rank)
+        get_gpt_mtp_block_spec(config, block, use_transformer_engine=False, vp_stage=vp_stage, pp_rank=pp_rank)
         if spec.mtp_layers
         else None
     )
@@ -163,6 +172,7 @@ def build_gpt(spec: TinyMoeSpec, seed: int = 1234, **config_overrides):
         mtp_block_spec=mtp,
         pre_process=first,
         post_process=last,
+        **({"vp_stage": vp_stage} if virtual else {}),
     )
     return model
 

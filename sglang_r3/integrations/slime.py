@@ -1,0 +1,509 @@
+"""slime's R3 replay, filled by identity, with MTP routers routing live: the drop-in for
+``MegatronTrainRayActor.fill_routing_replay`` (slime/backends/megatron_utils/actor.py, THUDM/slime 624b824).
+
+What slime does (its ``docker/patch/latest/megatron.patch`` and ``slime/utils/routing_replay.py``): every
+megatron ``TopKRouter`` (MTP routers too) gets ``router.routing_replay``, a ``RoutingReplay`` appended to
+the class-wide ``RoutingReplay.all_routing_replays``, and a pre-forward hook that makes it the current
+replay. ``compute_topk`` reads ``ROUTING_REPLAY_STAGE`` at every call: ``fallthrough`` routes live,
+``record`` routes live and records, ``replay_forward`` / ``replay_backward`` pop the next rows of the
+current replay. slime's own fill then walks the decoder's MoE layers and records them into
+``all_routing_replays`` by list position, asserting that this used every replay: with MTP routers in
+the list it raises (seed 001), and MTP replays left empty make the next replayed forward pop from an
+empty list.
+
+Here each decoder MoE router's own ``routing_replay`` is found by identity (the router module's place
+in the model chunks gives its global layer id: pipeline and virtual-pipeline offsets come from
+megatron's ``layer_number``) and given its layer's rows, one entry per microbatch in slime's order,
+prepared as ``prepare_routed_experts_for_routing_replay`` (slime/backends/megatron_utils/cp_utils.py)
+prepares them: one pad row per sample, CP slicing, TP padding, SP slicing, slime's pad ids.
+
+MTP routers route live under every stage. A replay object cannot do that: slime's ``compute_topk``
+calls ``pop_forward()`` / ``pop_backward()`` without the scores, so no object can answer with the
+top-k of scores it is never shown. What slime's path does allow is its own live stage: each MTP router
+runs under ``ROUTING_REPLAY_STAGE=fallthrough`` for the span of its forward (a pre-forward hook sets it,
+a forward hook that also runs when the forward raises puts the ambient stage back), so megatron's own
+top-k of the scores that forward computes is used, and an activation recompute of the MTP layer
+routes the same way. The MTP routers' replays stay empty and unread, so slime's
+``RoutingReplay.assert_all_consumed()``, ``clear_all()`` and ``clear_all_forward()`` hold for them
+(0 recorded, 0 popped).
+
+Live R3 health (``measure=True``; the counting is sglang_r3/trainer/health.py's): slime's
+``get_routing_replay_compute_topk`` (which the megatron.patch hunk imports from
+``slime.utils.routing_replay`` at every call of ``topk_routing_with_score_function``) is wrapped once
+with ``measured_compute_topk``, so in a counted forward each decoder router also takes megatron's own
+top-k of the scores it computed and counts, on its device, where its set differs from the replayed one.
+``health(model)`` reads the step's counts in one copy.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import weakref
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from sglang_r3.layout import ROLE_DENSE, ModelLayout
+from sglang_r3.record import RecordError, RoutingRecord
+from sglang_r3.trainer.discovery import RouterSite, as_chunks, find_routers
+from sglang_r3.trainer.errors import ReplayError
+from sglang_r3.trainer.health import (
+    LIVE_ATTR,
+    METER_ATTR,
+    HealthBook,
+    HealthCounts,
+    current_meter,
+    live_router,
+    measure_router,
+    measured_compute_topk,
+)
+from sglang_r3.trainer.model_check import check_model_against_layout, model_config
+from sglang_r3.trainer.packing import TokenLayout, layer_major, pack_rows
+from sglang_r3.trainer.validate import check_expert_ids, check_record, sample_token_ids
+
+logger = logging.getLogger(__name__)
+
+STAGE_ENV = "ROUTING_REPLAY_STAGE"
+ENABLE_ENV = "ENABLE_ROUTING_REPLAY"
+LIVE_STAGE = "fallthrough"
+REPLAY_FORWARD = "replay_forward"
+_REPLAY_STAGES = (REPLAY_FORWARD, "replay_backward")
+SLIME_REPLAY_MODULE = "slime.utils.routing_replay"
+
+
+@dataclass(frozen=True)
+class SlimeFill:
+    """What ``fill_routing_replay`` recorded on this rank."""
+
+    microbatches: int
+    rows: Tuple[int, ...]  # rows recorded into every decoder replay, per microbatch
+    replayed_layers: Tuple[int, ...]  # decoder MoE layers on this rank, each given its own rows
+    live_mtp_layers: Tuple[int, ...]  # MTP layers on this rank, routing live under every stage
+    digests_checked: bool  # False when some sample came as an upstream int32 array (no token digest)
+    measured: bool = False  # measure=True: the training forwards count flips for health(model)
+
+
+@dataclass
+class _Binding:
+    chunk_ids: Tuple[int, ...]
+    fingerprint: str
+    decoder: List[RouterSite]
+    mtp: List[RouterSite]
+    health: Optional[HealthBook] = None  # made by the first fill with measure=True
+    measuring: bool = False  # the last fill asked to measure
+
+
+_BINDINGS: "weakref.WeakKeyDictionary[Any, _Binding]" = weakref.WeakKeyDictionary()
+
+
+def fill_routing_replay(
+    model: Any,
+    microbatches: Sequence[Tuple[Sequence[Any], Sequence[Any]]],
+    layout: ModelLayout,
+    *,
+    weight_version: Optional[str] = None,
+    allow_mixed_versions: bool = False,
+    data_pad_size_multiplier: int = 1,
+    allgather_cp: bool = False,
+    sequence_parallel: Optional[bool] = None,
+    token_layout: Optional[TokenLayout] = None,
+    measure: bool = False,
+) -> SlimeFill:
+    """Record every microbatch's rows into each decoder MoE router's own slime ``routing_replay``.
+
+    model: slime's ``self.model`` (the list of model chunks, one per virtual pipeline stage, DDP-wrapped
+    or not) or one module. microbatches[m] = ``(samples, tokens)`` of microbatch m in the order slime's
+    data iterator yields them (``sum(num_microbatches)`` of them, as slime's own fill loop takes them);
+    tokens[i] are sample i's token ids (prompt + completion). samples[i] is either
+
+    * a ``RoutingRecord`` (``return_routing`` in the rollout): checked against the layout fingerprint,
+      the MoE layers, row count, the digest of tokens[i] (so records of other samples are refused) and,
+      when ``weight_version`` is given, the weights it was routed with; or
+    * slime's upstream ``rollout_routed_experts`` entry (int32 ``[T-1, num_hidden_layers, topk]``, dense
+      layers zero; tensor or array) with the layout from ``/routing/layout``: its MoE columns are taken,
+      its shape, row count, zero dense columns, id ranges and distinct ids per row are checked. Such an
+      array carries no token digest and no weight version: nothing proves it belongs to tokens[i]
+      beyond its row count, and it is refused when ``weight_version`` is given.
+
+    Every sample of every microbatch is checked before any replay is touched. The replays this fills
+    (decoder and MTP on this rank) are cleared first, so a repeated call replaces rather than appends;
+    slime's ``RoutingReplay.clear_all()`` after the step stays as it is. The model must match the layout
+    (layers, MoE layers, top-k, experts, MTP count) and every decoder router must carry slime's
+    ``routing_replay`` (the megatron patch adds it to routers built while ``ENABLE_ROUTING_REPLAY=1``).
+
+    data_pad_size_multiplier, allgather_cp, sequence_parallel: slime's arguments of the same names
+    (sequence_parallel defaults to the model config's); token_layout overrides all of them and the
+    TP/CP ranks read from megatron's parallel_state.
+
+    measure: live R3 health, read with ``health(model)`` once per training step. Counted: each decoder
+    MoE router's training forwards (module in train mode) under ``ROUTING_REPLAY_STAGE=replay_forward``,
+    i.e. slime's ``train_one_step`` forward_step, once per record row and layer; pad rows (slime's one
+    per sample, CP/TP padding) are not. Not counted: the log-prob pass (``compute_log_prob`` runs in
+    eval mode; it replays the same rows as the training forward, so counting both would count every
+    row twice and a per-step read in ``train`` would hold the whole rollout's log-prob pass), the ref
+    and teacher passes (``fallthrough``: nothing is replayed), and an activation recompute in the
+    backward (``replay_backward``; it routes the same inputs again). MTP routers count the rows they
+    route live in the same training forwards, apart. A fill without ``measure`` stops the counting.
+    """
+    chunks = as_chunks(model)
+    if not microbatches:
+        raise ReplayError("fill_routing_replay needs at least one microbatch")
+    binding = bind(chunks, layout)
+    if token_layout is None:
+        token_layout = TokenLayout.from_megatron(
+            sequence_parallel, data_pad_size_multiplier, allgather_cp, config=model_config(chunks, binding.decoder)
+        )
+    layer_ids = [s.layer_id for s in binding.decoder]
+    blocks, reals, checked = [], [], True
+    for m, batch in enumerate(microbatches):
+        try:
+            samples, tokens = batch
+        except (TypeError, ValueError):
+            raise ReplayError(f"microbatch {m}: expected a (samples, tokens) pair") from None
+        try:
+            rows, real, digests = _prepared_rows(
+                samples, tokens, layout, token_layout, layer_ids,
+                weight_version=weight_version, allow_mixed_versions=allow_mixed_versions,
+            )
+        except (RecordError, ReplayError) as e:
+            raise type(e)(f"microbatch {m}: {e}") from None
+        blocks.append(rows)
+        reals.append(real)
+        checked = checked and digests
+    if measure:
+        _measure_slime_compute_topk()  # refuses (slime's function not found) before any replay is touched
+    for s in binding.decoder + binding.mtp:
+        s.router.routing_replay.clear()
+    for rows in blocks:
+        for i, s in enumerate(binding.decoder):
+            s.router.routing_replay.record(rows[i])
+    _arm_health(binding, reals, measure)
+    return SlimeFill(
+        microbatches=len(blocks),
+        rows=tuple(int(r.shape[1]) for r in blocks),
+        replayed_layers=tuple(layer_ids),
+        live_mtp_layers=tuple(s.layer_id for s in binding.mtp),
+        digests_checked=checked,
+        measured=bool(measure),
+    )
+
+
+def layer_rows(
+    samples: Sequence[Any],
+    tokens: Sequence[Any],
+    layout: ModelLayout,
+    token_layout: TokenLayout,
+    layer_ids: Sequence[int],
+    *,
+    weight_version: Optional[str] = None,
+    allow_mixed_versions: bool = False,
+) -> Tuple[torch.Tensor, bool]:
+    """One microbatch, checked, as ``[len(layer_ids), rows on this rank, topk]`` (each layer one compact
+    block, the records' uint8/uint16): exactly the rows slime's preparation gives each of those layers.
+    Returns the rows and whether every sample's token digest was checked."""
+    rows, _, checked = _prepared_rows(
+        samples, tokens, layout, token_layout, layer_ids,
+        weight_version=weight_version, allow_mixed_versions=allow_mixed_versions,
+    )
+    return rows, checked
+
+
+def _prepared_rows(
+    samples: Sequence[Any],
+    tokens: Sequence[Any],
+    layout: ModelLayout,
+    token_layout: TokenLayout,
+    layer_ids: Sequence[int],
+    *,
+    weight_version: Optional[str] = None,
+    allow_mixed_versions: bool = False,
+) -> Tuple[torch.Tensor, Optional[np.ndarray], bool]:
+    """``layer_rows`` and the rows' pad mask (bool per row, True for record rows; None without MoE layers)."""
+    if len(samples) != len(tokens):
+        raise RecordError(f"{len(samples)} samples of routing for {len(tokens)} token sequences")
+    if not len(samples):
+        raise RecordError("a microbatch needs at least one sample")
+    moe = layout.moe_layer_ids
+    unknown = [l for l in layer_ids if l not in moe]
+    if unknown:
+        raise ReplayError(f"layers {unknown} are not MoE layers of layout {layout.fingerprint}")
+    cols = [moe.index(l) for l in layer_ids]
+    every = cols == list(range(len(moe)))
+    if not cols:  # a pipeline stage without MoE layers: the samples are still checked, nothing is packed
+        every = False
+    per_sample, checked = [], True
+    for i, (sample, ids) in enumerate(zip(samples, tokens)):
+        ids = sample_token_ids(ids, i)
+        if isinstance(sample, RoutingRecord):
+            check_record(sample, layout, ids, i, weight_version, allow_mixed_versions)
+            experts = sample.experts
+        else:
+            experts = upstream_moe_columns(sample, ids, layout, i, weight_version)
+            checked = False
+        per_sample.append(experts if every else experts[:, cols])
+    if not cols:
+        return torch.empty((0, 0, layout.topk), dtype=torch.uint8), None, checked
+    packed = pack_rows(per_sample, layout.num_experts, token_layout, pad_layers=(layer_ids, layout.num_hidden_layers))
+    return torch.from_numpy(layer_major(packed.experts)), packed.real, checked
+
+
+def upstream_moe_columns(
+    routed: Any, ids: np.ndarray, layout: ModelLayout, sample: int = 0, weight_version: Optional[str] = None
+) -> np.ndarray:
+    """Upstream SGLang's ``routed_experts`` of one sample (int32 ``[T-1, num_hidden_layers, topk]``, dense
+    layers zero) -> its MoE columns ``[T-1, MoE layers, topk]`` in the layout's dtype, after checking it."""
+    where = f"sample {sample}"
+    if weight_version is not None:
+        raise RecordError(
+            f"{where}: an upstream routed_experts array carries no weight version, so nothing proves it was "
+            f"routed with weight version {weight_version!r}; request records (return_routing) or pass "
+            f"weight_version=None"
+        )
+    if hasattr(routed, "detach"):
+        routed = routed.detach().cpu().numpy()
+    a = np.asarray(routed)
+    L, k = layout.num_hidden_layers, layout.topk
+    want = (int(ids.shape[0]) - 1, L, k)
+    if a.ndim != 3 or tuple(a.shape[1:]) != (L, k):
+        raise RecordError(
+            f"{where}: routed_experts has shape {tuple(a.shape)}, expected [T-1, {L}, {k}] "
+            f"(num_hidden_layers, top-k of layout {layout.fingerprint})"
+        )
+    if a.shape[0] != want[0]:
+        raise RecordError(
+            f"{where}: routed_experts has {a.shape[0]} rows, but the sample has {want[0] + 1} tokens "
+            f"(expected {want[0]} rows: one per token but the last)"
+        )
+    if a.dtype.kind not in "iu":
+        raise RecordError(f"{where}: routed_experts has dtype {a.dtype}, expected integers")
+    dense = [l.id for l in layout.layers if l.role == ROLE_DENSE]
+    if dense and a.shape[0]:
+        hit = np.flatnonzero(_columns(a, dense).reshape(a.shape[0], -1).any(axis=1))
+        if hit.size:
+            row = int(hit[0])
+            layer = next(l for l in dense if a[row, l].any())
+            raise RecordError(
+                f"{where}: routed_experts names experts at row {row} of dense layer {layer}; upstream "
+                f"SGLang leaves dense layers zero, so this array was not routed by a model of this layout"
+            )
+    moe = _columns(a, layout.moe_layer_ids)
+    # Range first on the int32 view (two reductions), then everything else on the compact copy.
+    if moe.size and (int(moe.min()) < 0 or int(moe.max()) >= min(l.num_experts for l in layout.moe_layers)):
+        check_expert_ids(np.ascontiguousarray(moe), layout, where)
+    experts = moe.astype(layout.expert_dtype)
+    check_expert_ids(experts, layout, where)
+    return experts
+
+
+def _columns(a: np.ndarray, ids: Sequence[int]) -> np.ndarray:
+    """a[:, ids]: a view when the ids are one run (GLM's MoE layers, its first dense layers), else a copy."""
+    ids = list(ids)
+    if ids == list(range(ids[0], ids[0] + len(ids))):
+        return a[:, ids[0] : ids[0] + len(ids)]
+    return a[:, ids]
+
+
+# -- binding -----------------------------------------------------------------------------------------------
+
+def bind(model: Any, layout: ModelLayout) -> _Binding:
+    """Find this rank's routers, check the model against the layout, install the hooks (once per router).
+
+    Cached per model and layout: slime fills once per rollout step and the model does not change."""
+    chunks = as_chunks(model)
+    if not chunks:
+        raise ReplayError("no model chunks")
+    key = tuple(id(c) for c in chunks)
+    cached = _BINDINGS.get(chunks[0])
+    if cached is not None and cached.chunk_ids == key and cached.fingerprint == layout.fingerprint:
+        return cached
+    sites = find_routers(chunks, layout.num_hidden_layers)
+    check_model_against_layout(chunks, sites, layout)
+    decoder = [s for s in sites if not s.is_mtp]
+    mtp = [s for s in sites if s.is_mtp]
+    missing = [s.describe() for s in sites if not _is_slime_replay(getattr(s.router, "routing_replay", None))]
+    if missing:
+        raise ReplayError(
+            f"router(s) without slime's routing_replay: {', '.join(missing)}. slime's megatron patch gives "
+            f"every TopKRouter one when the model is built with {ENABLE_ENV}=1 (slime sets it for actors "
+            f"started with --use-routing-replay / --use-rollout-routing-replay)"
+        )
+    for s in decoder:
+        if not getattr(s.router, "_r3_slime_guard", False):
+            s.router.register_forward_pre_hook(_row_guard(s))
+            s.router._r3_slime_guard = True
+    for s in mtp:
+        if not getattr(s.router, "_r3_slime_live", False):
+            s.router._r3_stage_stack = []
+            s.router.register_forward_pre_hook(_enter_live)
+            s.router.register_forward_hook(_leave_live, always_call=True)
+            s.router._r3_slime_live = True
+    binding = _Binding(key, layout.fingerprint, decoder, mtp)
+    _BINDINGS[chunks[0]] = binding
+    logger.info(
+        "R3 (slime): %d decoder MoE routers replay their own rows (layers %s); %d MTP router(s) route live "
+        "under every %s (layers %s)",
+        len(decoder), [s.layer_id for s in decoder], len(mtp), STAGE_ENV, [s.layer_id for s in mtp],
+    )
+    return binding
+
+
+def _is_slime_replay(replay: Any) -> bool:
+    return all(callable(getattr(replay, name, None)) for name in ("record", "clear", "pop_forward", "pop_backward"))
+
+
+def _enter_live(module: Any, args: Any) -> None:
+    module._r3_stage_stack.append(os.environ.get(STAGE_ENV))
+    os.environ[STAGE_ENV] = LIVE_STAGE
+
+
+def _leave_live(module: Any, args: Any, output: Any) -> None:
+    stack = module._r3_stage_stack
+    if not stack:  # an earlier pre-forward hook raised before ours ran
+        return
+    prev = stack.pop()
+    if prev is None:
+        os.environ.pop(STAGE_ENV, None)
+    else:
+        os.environ[STAGE_ENV] = prev
+
+
+def _row_guard(site: RouterSite):
+    """Name the layer, pass and microbatch where slime would fail with a bare IndexError or shape assert."""
+
+    def hook(module: Any, args: Any) -> None:
+        stage = os.environ.get(STAGE_ENV)
+        if stage not in _REPLAY_STAGES or os.environ.get(ENABLE_ENV, "0") != "1":
+            return
+        replay = module.routing_replay
+        entries = getattr(replay, "top_indices_list", None)
+        index = getattr(replay, "forward_index" if stage == "replay_forward" else "backward_index", None)
+        if entries is None or index is None:
+            return  # not slime's RoutingReplay layout; slime's own checks apply
+        if index >= len(entries):
+            raise ReplayError(
+                f"{site.describe()}: {stage} #{index + 1}, but {len(entries)} microbatch(es) were recorded "
+                f"for this router (fill_routing_replay before the pass, RoutingReplay.clear_all_forward() "
+                f"between the log-prob pass and training)"
+            )
+        entry = entries[index]
+        x = args[0] if args else None
+        if x is None or not hasattr(entry, "shape"):
+            return
+        tokens = x.numel() // x.shape[-1]
+        if int(entry.shape[0]) != tokens:
+            raise ReplayError(
+                f"{site.describe()} (microbatch {index}, {stage}): {tokens} tokens reach the router but "
+                f"{int(entry.shape[0])} rows were recorded; the microbatch and its routing disagree "
+                f"(order of microbatches, padding, CP/SP slicing)"
+            )
+
+    return hook
+
+
+# -- live R3 health ------------------------------------------------------------------------------------------
+
+def health(model: Any, reset: bool = True, prefix: str = "r3/") -> Dict[str, float]:
+    """This rank's R3 health since the last read, as a flat dict for slime's ``log_dict`` (one
+    device->host copy; call once per training step, after ``train_one_step``).
+
+    ``r3/flip_rate`` (share of replayed (record row, MoE layer) pairs whose own expert set differs from
+    the replayed one), ``r3/tokens_with_flip`` (share of replayed record rows with a flip in some
+    layer), ``r3/flip_rate/layer_{id}``, ``r3/rows_replayed`` (record rows, pad rows excluded), the
+    counts behind them (``r3/pairs_replayed``, ``r3/pairs_flipped``, ``r3/tokens_flipped``) and the MTP
+    routers' own figures apart: ``r3/mtp/rows_routed[/layer_{id}]`` (rows they routed live). What is
+    counted: ``fill_routing_replay``'s ``measure``. The figures cover this rank's layers (its pipeline
+    stage) and rows (its data-parallel shard); ``health_counts`` on every rank and
+    ``sglang_r3.trainer.health.merge_counts`` give totals."""
+    return health_counts(model, reset).metrics(prefix)
+
+
+def health_counts(model: Any, reset: bool = True) -> HealthCounts:
+    """``health``'s counts, for summing across ranks or steps."""
+    chunks = as_chunks(model)
+    binding = _BINDINGS.get(chunks[0]) if chunks else None
+    if binding is None or binding.chunk_ids != tuple(id(c) for c in chunks):
+        raise ReplayError("health(model) needs fill_routing_replay(model, ..., measure=True) on this model first")
+    if not binding.measuring or binding.health is None:
+        raise ReplayError("health(model): the last fill_routing_replay on this model was not called with measure=True")
+    return binding.health.read(reset)
+
+
+def _measure_slime_compute_topk() -> None:
+    """Wrap slime's ``get_routing_replay_compute_topk`` (once per process) so that the ``compute_topk``
+    it builds also counts, through health.py's ``measured_compute_topk``, in counted forwards.
+
+    The megatron.patch hunk imports the function from its module at every call of
+    ``topk_routing_with_score_function``, so the wrap reaches every router from the next forward on;
+    routers without an armed meter (MTP, other models) are not affected."""
+    import importlib
+
+    try:
+        module = importlib.import_module(SLIME_REPLAY_MODULE)
+    except ImportError as e:
+        raise ReplayError(f"measure=True needs slime's {SLIME_REPLAY_MODULE} ({e})") from None
+    get = getattr(module, "get_routing_replay_compute_topk", None)
+    if not callable(get):
+        raise ReplayError(
+            f"measure=True needs {SLIME_REPLAY_MODULE}.get_routing_replay_compute_topk (slime 624b824's "
+            f"compute_topk factory, which megatron.patch calls in topk_routing_with_score_function)"
+        )
+    if getattr(get, "_r3_measuring", False):
+        return
+
+    @functools.wraps(get)
+    def get_routing_replay_compute_topk(old_compute_topk):
+        # old_compute_topk: megatron's own compute_topk at that call, the routing without replay.
+        return measured_compute_topk(get(old_compute_topk), old_compute_topk, _counted_forward)
+
+    get_routing_replay_compute_topk._r3_measuring = True
+    module.get_routing_replay_compute_topk = get_routing_replay_compute_topk
+
+
+def _counted_forward() -> bool:
+    """Host test inside a decoder router's compute_topk: a training forward that slime replays.
+    (``measured_compute_topk`` already leaves out router forwards inside autograd's backward.)"""
+    m = current_meter()
+    return (
+        m is not None and m.training
+        and os.environ.get(ENABLE_ENV, "0") == "1" and os.environ.get(STAGE_ENV) == REPLAY_FORWARD
+    )
+
+
+def _mtp_counted(router: Any) -> bool:
+    """The same test for an MTP router, read against the ambient stage (its own forward runs under
+    ``fallthrough``: ``_enter_live`` pushed the ambient one on its stack)."""
+    stack = getattr(router, "_r3_stage_stack", None)
+    ambient = stack[-1] if stack else os.environ.get(STAGE_ENV)
+    return bool(router.training) and os.environ.get(ENABLE_ENV, "0") == "1" and ambient == REPLAY_FORWARD
+
+
+def _arm_health(binding: _Binding, reals: Sequence[Optional[np.ndarray]], measure: bool) -> None:
+    """Meters count only after a fill that asked to; each microbatch's pad mask goes to every meter,
+    in slime's microbatch order (the order the training forwards take them)."""
+    if measure and binding.health is None:
+        binding.health = HealthBook(
+            [measure_router(s.router, s.layer_id) for s in binding.decoder],
+            [live_router(s.router, s.layer_id, counting=_mtp_counted) for s in binding.mtp],
+        )
+    for s in binding.decoder:  # meters another object attached to these routers are disarmed too
+        meter = getattr(s.router, METER_ATTR, None)
+        if meter is not None:
+            meter.armed = measure
+            meter.drop_bindings()
+    for s in binding.mtp:
+        live = getattr(s.router, LIVE_ATTR, None)
+        if live is not None:
+            live.armed = measure
+    binding.measuring = measure
+    if not measure:
+        return
+    book = binding.health
+    book.start_fill()
+    book.arm(True)
+    for real in reals:
+        if real is not None:  # None: no MoE layer on this rank, nothing to bind
+            book.bind_microbatch(real)
