@@ -15,7 +15,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 import msgpack
 import pybase64
@@ -24,7 +24,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from server import refs
-from server.schemas import CaptureModeRequest, CaptureStats, ErrorResponse, LayoutResponse, RoutingOptions
+from server.schemas import (
+    CaptureModeRequest,
+    CaptureStats,
+    ErrorResponse,
+    LayoutResponse,
+    RoutedOutput,
+    RoutingOptions,
+)
 from sglang_r3.capture.capturer import CAPTURE_MODE_CODES
 from sglang_r3.capture.transport import NATIVE_ROUTING, CapturedRouting, EncodedRouting, to_upstream_routed_experts
 from sglang_r3.layout import ModelLayout
@@ -174,6 +181,8 @@ def attach_routing(out: Dict[str, Any], opts: RoutingOptions, layout: ModelLayou
     m = metrics()
     if opts.want_routing:
         record = record_of(captured, layout, meta, with_mtp=opts.want_mtp)
+        if m is not None:
+            m.observe_load(record, layout.num_experts)  # per-layer expert-load gauges (bounded rows)
         if opts.want_ref:  # stored and replaced by a handle in refs.settle, before the response goes out
             meta["routing_ref"] = refs.PendingRef(record)
         else:
@@ -231,7 +240,7 @@ def _msgpack_default(obj):
 @router.api_route(
     "/generate",
     methods=["POST", "PUT"],
-    responses={400: {"model": ErrorResponse}},
+    responses={200: {"model": Union[RoutedOutput, List[RoutedOutput]]}, 400: {"model": ErrorResponse}},
     openapi_extra={
         "requestBody": {
             "content": {
@@ -328,7 +337,7 @@ async def respond_routed(ret: Any, opts: RoutingOptions, layout: ModelLayout, bi
 
     Decoding the payload, building the record and serializing it take milliseconds for a long request;
     when many requests finish in one loop iteration, doing that on the event loop stalls every other
-    request's I/O (64 x 4k-token GLM-4.5 records: ~850 ms). ``_to_contract`` leaves the payload encoded
+    request's I/O (benchmarks/README.md, event-loop stall). ``_to_contract`` leaves the payload encoded
     on the loop's side; one builder thread does the rest and hands the GIL back after each step. Short
     records are built inline: two thread hops cost more than building them.
     """
@@ -341,7 +350,7 @@ async def respond_routed(ret: Any, opts: RoutingOptions, layout: ModelLayout, bi
 
 
 # Encoded payload size (base64 characters, all outputs of the response) below which building on the
-# event loop is cheaper than the thread hops: ~0.2 ms of work, e.g. a 130-token GLM-4.5 record.
+# event loop is cheaper than the thread hops (about a 130-token GLM-4.5 record).
 _INLINE_BUILD_BYTES = 1 << 17
 
 
@@ -361,15 +370,15 @@ def _yielding(fn, *args):
         return fn(*args)
     finally:
         # An executor thread takes its next job while still holding the GIL, and the loop thread,
-        # back from select(), then waits for it job after job (measured: one 230 ms stall per burst).
-        # Releasing it here lets the loop run between builds (p99 heartbeat lateness ~3 ms).
+        # back from select(), then waits for it job after job: a burst became one long stall.
+        # Releasing it here lets the loop run between builds.
         time.sleep(0)
 
 
 @lru_cache(maxsize=1)
 def _builder() -> ThreadPoolExecutor:
     # One thread: builds hold the GIL most of the time (orjson, msgpack), so more threads add GIL
-    # contention, not throughput; with 2 or 4 the loop's p99 lateness was 10-35 ms instead of ~3.
+    # contention, not throughput (the loop's lateness grew with 2 or 4 threads).
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="sglang-r3-build")
 
 

@@ -88,8 +88,12 @@ def prepare(argv: Sequence[str], process: Optional[str] = None):
     sglang_argv = resolve_argv(argv, cpu=cpu)
     if process is not None:
         from sglang_r3.patches import install
+        from sglang_r3.patches.hooks import HookTargetError
 
-        install(process=process)
+        try:
+            install(process=process)
+        except HookTargetError as exc:
+            raise SystemExit(str(exc)) from None  # names each SGLang target that did not bind
 
     from sglang.srt.plugins import load_plugins
     from sglang.srt.server_args import prepare_server_args

@@ -2,8 +2,11 @@
 
 The next SGLang bump should only need changes here. ``plugin`` is registered
 under SGLang's ``sglang.srt.plugins`` entry-point group, so SGLang calls it in
-each of its processes; it is inert unless the process was started by
-``sglang_r3.launch_server`` (which sets ``SGLANG_R3_ENABLED=1``).
+each of its processes; it is inert (registers nothing, changes no environment)
+unless ``SGLANG_R3_ENABLED=1``. ``sglang_r3.launch_server`` sets it for its own
+children; set by the user, it turns capture on under SGLang's own launchers
+(``python -m sglang.launch_server``, ``http_server.launch_server(ServerArgs)``,
+``sglang.Engine``; see ``opt_in.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,33 @@ def plugin() -> None:
     # The launcher process installs its own set ("server") before SGLang loads plugins.
     if os.environ.get("SGLANG_R3_ENABLED") != "1" or "server" in _installed:
         return
-    install(process="child")
+    from sglang_r3.patches.hooks import HookTargetError
+
+    # SGLang's loader logs and ignores a plugin's Exception: the process would go on without capture,
+    # or with part of it. Start-up stops instead, saying why.
+    try:
+        _prepare_cpu_runtime()
+        install(process="child")
+    except HookTargetError as err:
+        raise SystemExit(str(err)) from None
+    except Exception as err:  # noqa: BLE001 -- any failure to install is a refusal to start
+        first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
+        cause = next((line.strip().lstrip("- ") for line in str(err).splitlines() if "libcuda" in line), "")
+        raise SystemExit(
+            "sglang-r3 refuses to start: installing its SGLang patches (SGLANG_R3_ENABLED=1) failed with "
+            f"{type(err).__name__}: {first}" + (f" ({cause})" if cause and cause != first else "")
+        ) from None
+
+
+def _prepare_cpu_runtime() -> None:
+    """On a host without a GPU: the libcuda stand-in before any hook target imports sgl-kernel, and
+    SGLang's CPU engine for this process's children (the launcher did this already for its own)."""
+    if os.environ.get("SGLANG_R3_CPU") == "1":
+        return
+    from sglang_r3.cpu import activate_cpu_runtime, has_gpu
+
+    if not has_gpu():
+        activate_cpu_runtime()
 
 
 def install(process: str) -> None:
@@ -44,5 +73,11 @@ def install(process: str) -> None:
         install_http_routes()
     else:
         from sglang_r3.patches.capture import install_capture_patches
+        from sglang_r3.patches.opt_in import install_launch_checks
 
         install_capture_patches()
+        # Only the launching process calls the two ServerArgs methods these hook (opt_in.py).
+        install_launch_checks()
+    from sglang_r3.patches.hooks import raise_if_missing
+
+    raise_if_missing()

@@ -48,6 +48,9 @@ def init_routed_experts_capturer(original, self, *args, **kwargs):
 
     if not get_exec().features.enable_return_routed_experts:
         return original(self, *args, **kwargs)
+    from sglang_r3.patches.hooks import verify_applied
+
+    verify_applied()  # the scheduler's hooks all bound (patches/hooks.py), or this scheduler does not start
     if self.is_draft_worker:
         _init_draft_runner(self)
         return None
@@ -211,10 +214,19 @@ def get_internal_state(result, self, *args, **kwargs):
             "staging_ptr": cap.staging_ptr(),
             **cap.stats.as_dict(),
             **({"draft": cap.draft.stats()} if cap.draft is not None else {}),
+            # Read live by the scheduler loop (control requests are served between batches, and
+            # while generation is paused), unlike /v1/loads' snapshot, which is only republished
+            # after a batch: what a client needs to know its request is inside this engine now.
+            "requests_held": _requests_held(self.scheduler),
         }
     return result
 
 
+def _requests_held(scheduler) -> int:
+    # The running batch still lists the requests its last step finished until the next schedule.
+    running = getattr(scheduler, "running_batch", None)
+    held = sum(1 for r in running.reqs if not r.finished()) if running is not None else 0
+    return held + len(getattr(scheduler, "waiting_queue", ()))
 
 
 def update_handlers_after(handlers, self, *args, **kwargs):
@@ -243,13 +255,15 @@ def install_capture_patches() -> None:
     if _done:
         return
     _done = True
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins.hook_registry import HookType
 
-    HookRegistry.register(f"{_MR}.init_routed_experts_capturer", init_routed_experts_capturer, HookType.AROUND)
-    HookRegistry.register(f"{_TOPK_MOD}.capture_routed_experts_if_allowed", capture_routed_experts_if_allowed, HookType.REPLACE)
-    HookRegistry.register(f"{_BRP}._maybe_collect_routed_experts", maybe_collect_routed_experts, HookType.AROUND)
-    HookRegistry.register(f"{_ISC}.get_internal_state", get_internal_state, HookType.AFTER)
-    HookRegistry.register(f"{_ISC}._update_handlers", update_handlers_after, HookType.AFTER)
+    from sglang_r3.patches.hooks import register
+
+    register(f"{_MR}.init_routed_experts_capturer", init_routed_experts_capturer, HookType.AROUND)
+    register(f"{_TOPK_MOD}.capture_routed_experts_if_allowed", capture_routed_experts_if_allowed, HookType.REPLACE)
+    register(f"{_BRP}._maybe_collect_routed_experts", maybe_collect_routed_experts, HookType.AROUND)
+    register(f"{_ISC}.get_internal_state", get_internal_state, HookType.AFTER)
+    register(f"{_ISC}._update_handlers", update_handlers_after, HookType.AFTER)
 
     from sglang_r3.patches.draft import install_draft_patches
 

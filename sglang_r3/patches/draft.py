@@ -129,11 +129,13 @@ def alloc_after(result, self, reqs, *args, **kwargs):
 
 
 def install_draft_patches() -> None:
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins.hook_registry import HookType
 
-    HookRegistry.register(f"{_EAGLE}.EagleDraftWorker.draft", draft_around, HookType.AROUND)
-    HookRegistry.register(
+    from sglang_r3.patches.hooks import register
+
+    register(f"{_EAGLE}.EagleDraftWorker.draft", draft_around, HookType.AROUND)
+    register(
         f"{_EAGLE}.EAGLEWorkerV2.forward_batch_generation", forward_batch_generation_after, HookType.AFTER
     )
-    HookRegistry.register(f"{_POOL}.free_rows", free_rows_after, HookType.AFTER)
-    HookRegistry.register(f"{_POOL}.alloc", alloc_after, HookType.AFTER)
+    register(f"{_POOL}.free_rows", free_rows_after, HookType.AFTER)
+    register(f"{_POOL}.alloc", alloc_after, HookType.AFTER)

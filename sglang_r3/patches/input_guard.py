@@ -555,8 +555,10 @@ def install_input_guard() -> None:
     if _done:
         return
     _done = True
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins.hook_registry import HookType
 
-    HookRegistry.register(f"{_TM}._validate_one_request", validate_one_request, HookType.AROUND)
-    HookRegistry.register(f"{_GRI}.normalize_batch_and_arguments", normalize_batch_and_arguments, HookType.AROUND)
-    HookRegistry.register(f"{_GRI}.__getitem__", getitem, HookType.AROUND)
+    from sglang_r3.patches.hooks import register
+
+    register(f"{_TM}._validate_one_request", validate_one_request, HookType.AROUND)
+    register(f"{_GRI}.normalize_batch_and_arguments", normalize_batch_and_arguments, HookType.AROUND)
+    register(f"{_GRI}.__getitem__", getitem, HookType.AROUND)

@@ -111,6 +111,8 @@ def install_response_patches() -> None:
     if _done:
         return
     _done = True
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins.hook_registry import HookType
 
-    HookRegistry.register(f"{_TM}._stream_one_response", stream_one_response, HookType.AROUND)
+    from sglang_r3.patches.hooks import register
+
+    register(f"{_TM}._stream_one_response", stream_one_response, HookType.AROUND)

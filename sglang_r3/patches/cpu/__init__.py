@@ -36,13 +36,14 @@ def install_cpu_patches() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType, _current_plugin_source
 
     from sglang_r3.patches.cpu.attention import HOOKS
+    from sglang_r3.patches.hooks import register
     from sglang_r3.patches.cpu.cuda_shims import install_cuda_shims
     from sglang_r3.patches.cpu.spec_ops import register_spec_ops
 
     install_cuda_shims()
     added = register_spec_ops()
     for target, hook in HOOKS:
-        HookRegistry.register(target, hook, HookType.AROUND)
+        register(target, hook, HookType.AROUND)  # binds or names the target (patches/hooks.py)
     # Inside load_plugins() SGLang applies registered hooks right after all
     # plugins ran; applying here would mark targets patched and silently drop
     # hooks other plugins register on them later. Called from anywhere else

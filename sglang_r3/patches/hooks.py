@@ -1,0 +1,98 @@
+"""Register sglang-r3's hooks with SGLang's HookRegistry so that each one binds or start-up stops.
+
+SGLang's ``HookRegistry.apply_hooks`` resolves a target with ``pkgutil.resolve_name``, which
+swallows the ImportError of a module that fails to import and reports "module ... has no
+attribute ..." instead; ``apply_hooks`` then logs the traceback and goes on without the hook
+(e.g. on a CPU host without the libcuda stand-in, every module that imports sgl-kernel). A
+capture hook skipped that way would serve upstream's behaviour under our name. So ``register``
+resolves the target itself first, importing each module of its path with ``importlib`` (the
+real error surfaces, whatever was imported before), and records what did not resolve;
+``raise_if_missing`` then stops start-up naming every such target, and ``verify_applied``
+checks, after SGLang applied the hooks, that each registered target really was patched.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any, Callable, List, Tuple
+
+_registered: List[str] = []
+_missing: List[Tuple[str, str]] = []  # (target, why it did not resolve)
+
+
+class HookTargetError(RuntimeError):
+    """A SGLang function or method sglang-r3 hooks is not there (or its module does not import)."""
+
+    def __init__(self, missing):
+        self.targets = [t for t, _ in missing]
+        lines = ["sglang-r3 refuses to start: it cannot hook these SGLang targets, and without them routing "
+                 "capture would be wrong or missing:"]
+        lines += [f"  {t}: {why}" for t, why in missing]
+        lines.append("sglang-r3 is written against sglang==0.5.23; check the installed SGLang (and, on a CPU-only "
+                     "host, that the CPU runtime was prepared before SGLang imported sgl-kernel).")
+        super().__init__("\n".join(lines))
+
+
+def resolve(target: str) -> Any:
+    """The object ``target`` names. Each package on the path is imported for real, so a module that
+    exists but fails to import raises its own error instead of looking like a missing attribute."""
+    parts = target.split(".")
+    obj = importlib.import_module(parts[0])
+    name, i = parts[0], 1
+    while i < len(parts) and hasattr(obj, "__path__"):  # a package: the next part may be a submodule
+        sub = f"{name}.{parts[i]}"
+        if importlib.util.find_spec(sub) is None:
+            break
+        obj = importlib.import_module(sub)
+        name, i = sub, i + 1
+    for p in parts[i:]:
+        obj = getattr(obj, p)
+    return obj
+
+
+def _why(exc: BaseException) -> str:
+    # sgl-kernel's ImportError runs to 20 lines; its first non-empty one says what failed.
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    detail = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    for line in str(exc).splitlines():  # sgl-kernel puts the underlying loader error at the end
+        if "libcuda" in line and line.strip() != first:
+            detail += f" ({line.strip().lstrip('- ')})"
+            break
+    return detail
+
+
+def register(target: str, hook: Callable, hook_type: Any) -> bool:
+    """Register ``hook`` on ``target`` with SGLang's HookRegistry, or record why ``target`` is missing."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    try:
+        resolve(target)
+    except Exception as exc:  # ImportError, AttributeError, or whatever the module raised on import
+        if target not in (t for t, _ in _missing):
+            _missing.append((target, _why(exc)))
+        return False
+    HookRegistry.register(target, hook, hook_type)
+    if target not in _registered:
+        _registered.append(target)
+    return True
+
+
+def raise_if_missing() -> None:
+    if _missing:
+        raise HookTargetError(_missing)
+
+
+def verify_applied() -> None:
+    """After SGLang applied the registered hooks: every target we registered was patched."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    raise_if_missing()
+    unapplied = [(t, "registered, but SGLang's HookRegistry did not apply it (see its log above)")
+                 for t in _registered if t not in HookRegistry._patched]
+    if unapplied:
+        raise HookTargetError(unapplied)
+
+
+def registered() -> List[str]:
+    return list(_registered)
