@@ -114,7 +114,10 @@ def max_forward_tokens(runner) -> int:
 def _follow_kv_moves(cap: RoutingCapturer, kv_pool) -> None:
     """Rows are keyed by KV slot, so a KV move (EAGLE tree drafting keeps accepted tokens' KV at
     new slots, ``move_accept_tokens_to_target_kvcache``) must move the rows with it."""
+    from sglang_r3.patches.hooks import check_instance
+
     original = kv_pool.move_kv_cache
+    check_instance("sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.move_kv_cache", original)
 
     def move_kv_cache(tgt_loc, src_loc, *args, **kwargs):
         out = original(tgt_loc, src_loc, *args, **kwargs)

@@ -47,7 +47,10 @@ def attach_draft_runner(cap, runner, routers, max_tokens: int) -> None:
         # Only requests that asked for the MTP section (marked by server/routes.py) get entries filed.
         per_request=True,
     )
+    from sglang_r3.patches.hooks import check_instance
+
     original_forward = runner.forward
+    check_instance("sglang.srt.model_executor.model_runner.ModelRunner.forward", original_forward)
 
     def forward(forward_batch, *args, **kwargs):
         cap.enter_draft_forward()

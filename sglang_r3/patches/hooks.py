@@ -51,7 +51,7 @@ def resolve(target: str) -> Any:
     return obj
 
 
-def _why(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     # sgl-kernel's ImportError runs to 20 lines; its first non-empty one says what failed.
     first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
     detail = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
@@ -66,16 +66,33 @@ def register(target: str, hook: Callable, hook_type: Any) -> bool:
     """Register ``hook`` on ``target`` with SGLang's HookRegistry, or record why ``target`` is missing."""
     from sglang.srt.plugins.hook_registry import HookRegistry
 
+    from sglang_r3.patches.manifest import problem
+
     try:
-        resolve(target)
+        obj = resolve(target)
     except Exception as exc:  # ImportError, AttributeError, or whatever the module raised on import
         if target not in (t for t, _ in _missing):
-            _missing.append((target, _why(exc)))
+            _missing.append((target, describe_error(exc)))
+        return False
+    why = problem(target, obj, kind="hook")  # listed, and the shape our hook was written against
+    if why is not None:
+        if target not in (t for t, _ in _missing):
+            _missing.append((target, why))
         return False
     HookRegistry.register(target, hook, hook_type)
     if target not in _registered:
         _registered.append(target)
     return True
+
+
+def check_instance(target: str, method: Any) -> None:
+    """Before replacing a method on one live object: ``target`` is listed and ``method`` (the object's
+    current one) has the shape our wrapper was written against, or start-up stops naming it."""
+    from sglang_r3.patches.manifest import problem
+
+    why = problem(target, getattr(method, "__func__", method), kind="instance")
+    if why is not None:
+        raise HookTargetError([(target, why)])
 
 
 def raise_if_missing() -> None:

@@ -1,0 +1,180 @@
+"""Every SGLang 0.5.23 target sglang-r3 touches, in one list, checked against the installed SGLang.
+
+A hook that no longer fires is silent, and for R3 that means rows never captured or never checked.
+So each target is named here with what we do to it and why, and the shape we wrote against: the
+parameter names, kinds and defaults of a callable (annotations are left out: SGLang moves them
+between strings and objects without changing a call). ``hooks.register`` refuses a target that is
+not listed or whose signature differs; ``check`` resolves every entry (``python -m
+sglang_r3.patches.manifest`` prints the differences, for the next SGLang bump).
+
+Kinds: ``hook`` (SGLang's HookRegistry: around / before / after / replace), ``instance`` (we
+replace a method on one live object), ``route`` (we change the app's route list), ``op`` (we add
+operators to a namespace), ``uses`` (we call or read it; a private name is marked in ``why``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Touch:
+    target: str  # dotted path as SGLang's HookRegistry names it
+    kind: str
+    why: str
+    signature: Optional[str] = None  # normalized (see ``signature_of``); None: not a callable we call into
+
+
+_MR = "sglang.srt.model_executor.model_runner.ModelRunner"
+_ISC = "sglang.srt.managers.scheduler_components.internal_state"
+_TM = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
+_GRI = "sglang.srt.managers.io_struct.GenerateReqInput"
+_EAGLE = "sglang.srt.speculative.eagle_worker_v2"
+_POOL = "sglang.srt.mem_cache.memory_pool"
+_SA = "sglang.srt.server_args.ServerArgs"
+_TNA = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
+
+MANIFEST: Tuple[Touch, ...] = (
+    # -- capture (patches/capture.py) ---------------------------------------------------------------
+    Touch(f"{_MR}.init_routed_experts_capturer", "hook:around",
+          "install our capturer (layout, staging sized from the limits) instead of upstream's", "(self)"),
+    Touch("sglang.srt.layers.moe.topk.capture_routed_experts_if_allowed", "hook:replace",
+          "the single capture site: main routers to RoutingCapturer, draft routers to DraftCapturer",
+          "(topk_config, layer_id, topk_ids)"),
+    Touch("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
+          "._maybe_collect_routed_experts", "hook:around",
+          "per-request gather at finish: rows and marks of req_to_token[start:T-1], missing rows refused",
+          "(self, req)"),
+    Touch(f"{_ISC}.SchedulerInternalStateController.get_internal_state", "hook:after",
+          "capture counters (and requests held) for /routing/stats", "(self, recv_req)"),
+    Touch(f"{_ISC}.SchedulerInternalStateController._update_handlers", "hook:after",
+          "private: adds the sglang_r3_capture knob to /set_internal_state", "(self)"),
+    Touch(f"{_ISC}._UpdateHandler", "uses", "private: the handler type _update_handlers returns",
+          "(validate, apply)"),
+    Touch(f"{_POOL}.MHATokenToKVPool.move_kv_cache", "instance",
+          "tree drafting moves accepted KV; the wrapper on the live pool (of whichever KV pool class, all "
+          "share this method's shape) moves rows and marks with it",
+          "(self, tgt_loc, src_loc)"),
+    Touch("sglang.srt.state_capturer.routed_experts.set_global_experts_capturer", "uses",
+          "the capturer SGLang's forward ends call", "(capturer)"),
+    # -- draft (patches/draft.py) -----------------------------------------------------------------
+    Touch(f"{_EAGLE}.EagleDraftWorker.draft", "hook:around",
+          "draft guard and step numbering around every draft forward",
+          "(self, batch, kw:with_topology=False)"),
+    Touch(f"{_EAGLE}.EAGLEWorkerV2.forward_batch_generation", "hook:after",
+          "accept lengths after the verify: draft entries marked accepted or rejected",
+          "(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None)"),
+    Touch(f"{_POOL}.ReqToTokenPool.free_rows", "hook:after",
+          "draft entries of a freed request row are dropped", "(self, indices)"),
+    Touch(f"{_POOL}.ReqToTokenPool.alloc", "hook:after",
+          "a new request row starts with no draft entries and its MTP wish", "(self, reqs)"),
+    Touch(f"{_MR}.forward", "instance",
+          "the draft runner's forward is wrapped in the draft guard (main writes from it raise)",
+          "(self, forward_batch, skip_attn_backend_init=None, pp_proxy_tensors=None, "
+          "reinit_attn_backend=False, split_forward_count=1)"),
+    # -- requests and responses (patches/input_guard.py, patches/responses.py) -----------------------
+    Touch(f"{_TM}._validate_one_request", "hook:around",
+          "private: hostile input becomes a 400 naming the field instead of killing the scheduler",
+          "(self, obj, input_ids)"),
+    Touch(f"{_GRI}.normalize_batch_and_arguments", "hook:around",
+          "a batch's sampling_params object is checked once", "(self)"),
+    Touch(f"{_GRI}.__getitem__", "hook:around", "a batch item keeps its index for error messages", "(self, i)"),
+    Touch(f"{_TM}._stream_one_response", "hook:around",
+          "private: every output leaves here; ours gets the payload, others upstream's routed_experts",
+          "(self, obj, state, request=None)"),
+    # -- launch (patches/opt_in.py) --------------------------------------------------------------------
+    Touch(f"{_SA}.resolve_once", "hook:around",
+          "start-up refusals on SGLang's own resolved ServerArgs (SGLANG_R3_ENABLED=1 launches)", "(self)"),
+    Touch(f"{_SA}.check_server_args", "hook:before",
+          "start-up refusals before SGLang's own checks", "(self)"),
+    Touch("sglang.srt.server_args.prepare_server_args", "uses", "our launcher resolves argv as SGLang's does",
+          "(argv)"),
+    Touch("sglang.srt.plugins.hook_registry.HookRegistry", "uses",
+          "registers every hook; its private _patched set tells which were applied"),
+    Touch("sglang.srt.plugins.hook_registry._current_plugin_source", "uses",
+          "private: whether hooks are being collected inside load_plugins (apply now or later)"),
+    # -- HTTP (patches/http.py, server/routes.py) ---------------------------------------------------------
+    Touch("sglang.srt.entrypoints.http_server.app", "route",
+          "our /generate takes the place of SGLang's in the app's route list; /routing/* added"),
+    Touch("sglang.srt.entrypoints.http_server.get_global_state", "uses", "the TokenizerManager of the app", "()"),
+    Touch("sglang.srt.entrypoints.http_server._create_error_response", "uses",
+          "private: SGLang's own error body for a failed /generate", "(e)"),
+    Touch("sglang.srt.entrypoints.api_contract.generate_contract_error", "uses",
+          "SGLang's /generate body contract, applied before ours", "(body)"),
+    Touch("sglang.srt.utils.auth.auth_level", "uses", "admin auth for /routing/capture", "(level)"),
+    # -- CPU runtime (patches/cpu/) -------------------------------------------------------------------------
+    Touch(f"{_TNA}.forward_extend", "hook:around",
+          "TARGET_VERIFY / DRAFT_EXTEND on the torch_native backend (CPU only)",
+          "(self, q, k, v, layer, forward_batch, save_kv_cache=True)"),
+    Touch(f"{_TNA}.forward_decode", "hook:around", "draft decode on the torch_native backend (CPU only)",
+          "(self, q, k, v, layer, forward_batch, save_kv_cache=True)"),
+    Touch("sglang.srt.speculative.draft_utils.DraftBackendFactory._create_backend", "hook:around",
+          "private: the draft attention backend on CPU",
+          "(self, backend_name, backend_map, error_template, stamps_children=False)"),
+    Touch("sgl_kernel", "op", "torch versions of the *_cpu speculative ops sgl-kernel's CPU paths call"),
+)
+
+BY_TARGET: Dict[str, Touch] = {t.target: t for t in MANIFEST}
+
+
+def signature_of(obj: Any) -> Optional[str]:
+    """Parameter names, kinds and defaults of a callable, e.g. ``(self, batch, kw:with_topology=False)``."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
+    out = []
+    for p in sig.parameters.values():
+        s = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**", p.KEYWORD_ONLY: "kw:"}.get(p.kind, "") + p.name
+        if p.default is not p.empty:
+            s += "=" + repr(p.default)
+        out.append(s)
+    return "(" + ", ".join(out) + ")"
+
+
+def problem(target: str, obj: Any, kind: Optional[str] = None) -> Optional[str]:
+    """Why ``obj`` (what ``target`` resolved to) is not what sglang-r3 was written against, or None."""
+    entry = BY_TARGET.get(target)
+    if entry is None:
+        return "not listed in sglang_r3/patches/manifest.py (every SGLang target must be)"
+    if kind is not None and not entry.kind.startswith(kind):
+        return f"listed as {entry.kind!r}, touched as {kind!r}"
+    if entry.signature is not None:
+        now = signature_of(obj)
+        if now != entry.signature:
+            return f"signature changed: written against {entry.signature}, installed {now}"
+    return None
+
+
+def check(entries: Tuple[Touch, ...] = MANIFEST) -> List[Tuple[str, str]]:
+    """(target, why) for every entry that is missing or changed in the installed SGLang."""
+    from sglang_r3.patches.hooks import describe_error, resolve
+
+    out = []
+    for e in entries:
+        try:
+            obj = resolve(e.target)
+        except Exception as exc:  # noqa: BLE001 -- ImportError, AttributeError, or the module's own error
+            out.append((e.target, describe_error(exc)))
+            continue
+        if e.signature is not None and signature_of(obj) != e.signature:
+            out.append((e.target, f"signature changed: written against {e.signature}, installed {signature_of(obj)}"))
+    return out
+
+
+def main() -> int:
+    from sglang_r3.cpu import activate_cpu_runtime, has_gpu
+
+    if not has_gpu():  # sgl-kernel's modules need the libcuda stand-in to import on a CPU host
+        activate_cpu_runtime()
+    bad = check()
+    for target, why in bad:
+        print(f"CHANGED {target}: {why}")
+    print(f"{len(MANIFEST) - len(bad)} of {len(MANIFEST)} SGLang targets as written against")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
