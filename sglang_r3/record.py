@@ -24,7 +24,7 @@ import array
 import hashlib
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -419,21 +419,3 @@ class RoutingRecord:
             weight_version=weight_version,
             tokens_digest=tokens_digest,
         )
-
-    def layer_rows(self, layer_id: int) -> np.ndarray:
-        """[num_tokens, topk] for one main MoE layer."""
-        try:
-            return self.experts[:, self.layers.index(layer_id), :]
-        except ValueError:
-            raise RecordError(f"record has no rows for layer {layer_id}; it covers layers {list(self.layers)}") from None
-
-
-def concat_layers(records: Sequence[RoutingRecord]) -> np.ndarray:
-    """Stack records' rows along tokens (they must share layers)."""
-    if not records:
-        return np.zeros((0, 0, 0), dtype=np.uint8)
-    layers = records[0].layers
-    for r in records[1:]:
-        if r.layers != layers:
-            raise RecordError(f"records cover different layers: {list(layers)} vs {list(r.layers)}")
-    return np.concatenate([r.experts for r in records], axis=0)

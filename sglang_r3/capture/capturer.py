@@ -191,10 +191,6 @@ class RoutingCapturer:
         return self.mode == "main+mtp"
 
     # -- draft guard -------------------------------------------------------
-    @property
-    def in_draft_forward(self) -> bool:
-        return getattr(self._draft_depth, "n", 0) > 0
-
     def enter_draft_forward(self) -> None:
         self._draft_depth.n = getattr(self._draft_depth, "n", 0) + 1
 

@@ -104,6 +104,10 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.entrypoints.api_contract.generate_contract_error", "uses",
           "SGLang's /generate body contract, applied before ours", "(body)"),
     Touch("sglang.srt.utils.auth.auth_level", "uses", "admin auth for /routing/capture", "(level)"),
+    Touch("sglang.srt.managers.io_struct.GenerateReqInput", "uses", "our /generate builds SGLang's request object"),
+    Touch("sglang.srt.managers.io_struct.SetInternalStateReq", "uses", "POST /routing/capture sets the capture knob"),
+    Touch("sglang.srt.utils.json_response.orjson_response", "uses", "JSON responses as SGLang writes them"),
+    Touch("sglang.srt.utils.json_response.dumps_json", "uses", "stream frames as SGLang writes them"),
     # -- CPU runtime (patches/cpu/) -------------------------------------------------------------------------
     Touch(f"{_TNA}.forward_extend", "hook:around",
           "TARGET_VERIFY / DRAFT_EXTEND on the torch_native backend (CPU only)",
