@@ -4,9 +4,12 @@ Every decoder layer is ``dense`` or ``moe``; every MTP/NextN layer is ``mtp``
 with a 1-based ``depth`` (and ``num_experts``/``topk`` > 0 when it is MoE).
 Layer ids follow the HF checkpoint: decoder layers ``0..L-1``, MTP depth
 ``d`` at ``L + d - 1``. The fingerprint hashes this structure and the
-``config_digest`` (every routing-relevant value of the raw config.json, see
-``ROUTING_CONFIG_KEYS``), so a record can prove which model it belongs to: two
-configs of the same shape that route differently get different fingerprints.
+``config_digest`` (every routing-relevant value of the config as its class
+resolves it, see ``sglang_r3.config_view``), so a record can prove which model it
+belongs to: two configs of the same shape that route differently get different
+fingerprints, and one model spelled two ways (the hub's config.json, a
+transformers-5 ``save_pretrained``, a megatron-bridge export, the config object
+SGLang holds) gets one.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from sglang_r3.config_view import ConfigError, ConfigView, view_of
 
 ROLE_DENSE = "dense"
 ROLE_MOE = "moe"
@@ -59,7 +64,7 @@ class ModelLayout:
     num_hidden_layers: int
     layers: Tuple[LayerInfo, ...]
     fingerprint: str = field(default="", compare=False)
-    # config_digest() of the raw config.json; "" for layouts built by hand (then only structure is covered).
+    # config_digest() of the resolved config; "" for layouts built by hand (then only structure is covered).
     config_digest: str = ""
 
     def __post_init__(self):
@@ -189,40 +194,24 @@ def _hash_structure(layout: ModelLayout) -> str:
 _ABSENT = object()
 
 
-def _cfg_dict(config: Any) -> Dict[str, Any]:
-    if isinstance(config, Mapping):
-        d = dict(config)
-    elif hasattr(config, "to_dict"):
-        d = config.to_dict()
-    else:
-        d = dict(vars(config))
-    # Multimodal wrappers (Qwen3.5-MoE: Qwen3_5MoeForConditionalGeneration) keep
-    # the language model, MTP keys included, in text_config. The layout is the
-    # text model's, but the outer architecture is the one SGLang dispatches on.
-    text = d.get("text_config")
-    if isinstance(text, Mapping) or hasattr(text, "to_dict"):
-        inner = _cfg_dict(text)
-        inner["architectures"] = d.get("architectures") or inner.get("architectures")
-        return inner
-    return d
-
-
-def _architecture(d: Mapping[str, Any]) -> str:
-    archs = d.get("architectures") or []
-    if not archs:
+def _architecture(view: ConfigView) -> str:
+    if not view.architecture:
         raise LayoutError(
-            f"config has no 'architectures' (model_type={d.get('model_type')!r}); "
+            f"config has no 'architectures' (model_type={view.model_type or None!r}); "
             f"cannot tell which layout rule applies"
         )
-    return str(archs[0])
+    return view.architecture
 
 
-def _int(d: Mapping[str, Any], key: str, arch: str, default: Any = _ABSENT) -> int:
-    """A required (or defaulted) integer field, with an error that names it."""
-    value = d.get(key)
+def _int(view: ConfigView, key: str, arch: str, default: Any = _ABSENT) -> int:
+    """A required (or defaulted) integer field, read under any spelling its config class accepts,
+    with an error that names it."""
+    value = view.get(key)
     if value is None:
         if default is _ABSENT:
-            raise LayoutError(f"{arch} config is missing {key!r}, which its layout rule needs")
+            stored = view.stored_name(key)
+            spelled = f" (stored as {stored!r})" if stored != key else ""
+            raise LayoutError(f"{arch} config is missing {key!r}{spelled}, which its layout rule needs")
         return default
     try:
         return int(value)
@@ -230,13 +219,13 @@ def _int(d: Mapping[str, Any], key: str, arch: str, default: Any = _ABSENT) -> i
         raise LayoutError(f"{arch} config has a non-integer {key!r}: {value!r}") from None
 
 
-def _mtp_count(d: Mapping[str, Any], arch: str, default: int) -> int:
-    # DeepSeek/GLM/MiMo spell it num_nextn_predict_layers, Qwen3.5 spells it
-    # mtp_num_hidden_layers (in text_config); Qwen3-Next's published config has
+def _mtp_count(view: ConfigView, arch: str, default: int) -> int:
+    # DeepSeek/GLM/MiMo spell it num_nextn_predict_layers (transformers' alias: num_mtp_layers),
+    # Qwen3.5 spells it mtp_num_hidden_layers (in text_config); Qwen3-Next's published config has
     # neither (see _QWEN_MTP_DEFAULT). A present 0 means "no MTP".
     for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
-        if d.get(key) is not None:
-            return _int(d, key, arch)
+        if view.get(key) is not None:
+            return _int(view, key, arch)
     return default
 
 
@@ -246,27 +235,27 @@ def _stack(L: int, is_moe, E: int, k: int, n_mtp: int, mtp_moe: bool) -> List[La
     return layers + [LayerInfo(L + j, ROLE_MTP, j + 1, e, t) for j in range(n_mtp)]
 
 
-def _first_k_dense(d, arch, freq: int) -> List[LayerInfo]:
+def _first_k_dense(v, arch, freq: int) -> List[LayerInfo]:
     # MoE iff layer >= first_k_dense_replace and layer % freq == 0; NextN
     # layers are always sparse (`_is_layer_sparse`: `is_nextn or ...`).
-    L = _int(d, "num_hidden_layers", arch)
-    E = _int(d, "n_routed_experts", arch)
-    k = _int(d, "num_experts_per_tok", arch)
-    first_dense = _int(d, "first_k_dense_replace", arch)
-    n_mtp = _mtp_count(d, arch, default=0)
+    L = _int(v, "num_hidden_layers", arch)
+    E = _int(v, "n_routed_experts", arch)
+    k = _int(v, "num_experts_per_tok", arch)
+    first_dense = _int(v, "first_k_dense_replace", arch)
+    n_mtp = _mtp_count(v, arch, default=0)
     return _stack(L, lambda i: i >= first_dense and i % freq == 0, E, k, n_mtp, mtp_moe=True)
 
 
-def _deepseek(d, arch) -> List[LayerInfo]:
+def _deepseek(v, arch) -> List[LayerInfo]:
     """DeepSeek-V2/V3 (deepseek_v2.py `_is_layer_sparse`). moe_layer_freq
     defaults to 1 as in DeepseekV2Config; V3 publishes 1."""
-    return _first_k_dense(d, arch, freq=_int(d, "moe_layer_freq", arch, default=1))
+    return _first_k_dense(v, arch, freq=_int(v, "moe_layer_freq", arch, default=1))
 
 
-def _glm4_moe(d, arch) -> List[LayerInfo]:
+def _glm4_moe(v, arch) -> List[LayerInfo]:
     """GLM-4.5/4.7 (glm4_moe.py `_is_layer_sparse`): SGLang, like
     transformers, ignores moe_layer_freq for Glm4Moe, so we do too."""
-    return _first_k_dense(d, arch, freq=1)
+    return _first_k_dense(v, arch, freq=1)
 
 
 # Qwen3-Next checkpoints ship one MTP layer (mtp.* tensors) but their config
@@ -275,38 +264,39 @@ def _glm4_moe(d, arch) -> List[LayerInfo]:
 _QWEN_MTP_DEFAULT = {"Qwen3NextForCausalLM": 1}
 
 
-def _qwen_moe(d, arch) -> List[LayerInfo]:
+def _qwen_moe(v, arch) -> List[LayerInfo]:
     """Qwen2-MoE, Qwen3-MoE, Qwen3-Next, Qwen3.5-MoE: SGLang builds every
     decoder layer (linear- or full-attention alike) and the MTP layer sparse
     (`stage_facts`: "all layers are sparse"; `_qwen3_5_is_moe`). transformers
     would honour decoder_sparse_step / mlp_only_layers, SGLang does not, so a
     config that uses them has no layout SGLang can serve."""
-    L = _int(d, "num_hidden_layers", arch)
-    E = _int(d, "num_experts", arch)
-    k = _int(d, "num_experts_per_tok", arch)
-    step = _int(d, "decoder_sparse_step", arch, default=1)
-    dense_only = list(d.get("mlp_only_layers") or [])
+    L = _int(v, "num_hidden_layers", arch)
+    E = _int(v, "num_experts", arch)
+    k = _int(v, "num_experts_per_tok", arch)
+    step = _int(v, "decoder_sparse_step", arch, default=1)
+    dense_only = list(v.get("mlp_only_layers") or [])
     if step != 1 or dense_only:
         raise LayoutError(
             f"{arch}: decoder_sparse_step={step}, mlp_only_layers={dense_only} put dense MLPs in some "
             f"layers, but SGLang builds every {arch} layer as MoE; refusing a layout SGLang would not serve"
         )
-    n_mtp = _mtp_count(d, arch, default=_QWEN_MTP_DEFAULT.get(arch, 0))
+    n_mtp = _mtp_count(v, arch, default=_QWEN_MTP_DEFAULT.get(arch, 0))
     return _stack(L, lambda i: True, E, k, n_mtp, mtp_moe=True)
 
 
-def _mimo(d, arch) -> List[LayerInfo]:
+def _mimo(v, arch) -> List[LayerInfo]:
     """MiMo-7B: a dense Qwen2-style model; its MTP layers are dense Qwen2
     decoder layers too (mimo_mtp.py), so they carry no router."""
-    L = _int(d, "num_hidden_layers", arch)
-    return _stack(L, lambda i: False, 0, 0, _mtp_count(d, arch, default=0), mtp_moe=False)
+    L = _int(v, "num_hidden_layers", arch)
+    return _stack(L, lambda i: False, 0, 0, _mtp_count(v, arch, default=0), mtp_moe=False)
 
 
-def _mixtral(d, arch) -> List[LayerInfo]:
-    """Mixtral: every layer is a block_sparse_moe; no MTP."""
-    L = _int(d, "num_hidden_layers", arch)
-    E = _int(d, "num_local_experts", arch)
-    k = _int(d, "num_experts_per_tok", arch)
+def _every_layer_moe(v, arch) -> List[LayerInfo]:
+    """Mixtral (block_sparse_moe), OLMoE: every layer is MoE; no MTP. Both classes accept
+    num_local_experts (OLMoE stores it as num_experts)."""
+    L = _int(v, "num_hidden_layers", arch)
+    E = _int(v, "num_local_experts", arch)
+    k = _int(v, "num_experts_per_tok", arch)
     return _stack(L, lambda i: True, E, k, 0, mtp_moe=True)
 
 
@@ -320,38 +310,42 @@ _FAMILIES = {
     "Qwen3_5MoeForConditionalGeneration": _qwen_moe,
     "Qwen3_5MoeForCausalLM": _qwen_moe,
     "MiMoForCausalLM": _mimo,
-    "MixtralForCausalLM": _mixtral,
+    "MixtralForCausalLM": _every_layer_moe,
+    "OlmoeForCausalLM": _every_layer_moe,
 }
 
 SUPPORTED_ARCHITECTURES: Sequence[str] = tuple(_FAMILIES)
 
 
-def layout_from_hf_config(config: Any) -> ModelLayout:
-    """The layout of a raw config.json dict, or of a transformers config loaded from a local folder.
+def _view(config: Any) -> ConfigView:
+    try:
+        return view_of(config)
+    except ConfigError as e:
+        raise LayoutError(str(e)) from None
 
-    The config digest is always taken from the raw config.json: transformers adds defaults the file
-    lacks and renames keys between versions (5.x folds rope_theta into rope_parameters), so hashing
-    its view would give the same checkpoint different fingerprints. A config object is therefore
-    traced back to the file it was loaded from (``name_or_path``); one that cannot be is refused.
+
+def layout_from_hf_config(config: Any) -> ModelLayout:
+    """The layout of a config.json dict, or of a config object (transformers', or the one SGLang
+    resolved: ``model_config.hf_config``, overrides included).
+
+    Both are read as the config class resolves them (``sglang_r3.config_view``): aliases, defaults,
+    derived values, RoPE folded. So the hub's config.json, a transformers-5 ``save_pretrained`` of it,
+    a megatron-bridge export and the object SGLang built from any of them give one layout and one
+    fingerprint.
     """
-    d = _cfg_dict(config)
-    arch = _architecture(d)
+    view = _view(config)
+    arch = _architecture(view)
     family = _FAMILIES.get(arch)
     if family is None:
         raise LayoutError(
             f"no layout rule for architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    layers = family(d, arch)
-    if isinstance(config, Mapping):
-        raw = d
-    else:
-        raw = _cfg_dict(_raw_config_of(config))
-        _check_object_matches_file(d, raw, arch)
+    layers = family(view, arch)
     return ModelLayout(
         architecture=arch,
-        num_hidden_layers=_int(d, "num_hidden_layers", arch),
+        num_hidden_layers=_int(view, "num_hidden_layers", arch),
         layers=tuple(layers),
-        config_digest=config_digest(raw),
+        config_digest=_digest(view),
     )
 
 
@@ -364,124 +358,24 @@ def layout_from_model_path(model_path: str) -> ModelLayout:
 # Config digest
 # ---------------------------------------------------------------------------
 
-# Keys that change what a router computes or the hidden states it sees: widths, attention and
-# position encoding, norms, the routing function itself (grouping, scaling, normalisation, scoring),
-# shared experts, which layers are sparse, MTP. Deliberately absent: numerics and packaging
-# (torch_dtype/dtype, quantization_config), bookkeeping (transformers_version, _name_or_path,
-# use_cache, token ids) and training-only knobs (aux-loss coefficients, dropout, router jitter).
-# A bf16 and an fp32 copy of one checkpoint share a fingerprint; a weight change is caught by the
-# record's weight_version, not here.
-ROUTING_CONFIG_KEYS: Tuple[str, ...] = (
-    # widths
-    "hidden_size",
-    "intermediate_size",
-    "moe_intermediate_size",
-    "shared_expert_intermediate_size",
-    "vocab_size",
-    "hidden_act",
-    "tie_word_embeddings",
-    # attention and positions
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "attention_bias",
-    "use_qk_norm",
-    "attn_output_gate",
-    "q_lora_rank",
-    "kv_lora_rank",
-    "qk_nope_head_dim",
-    "qk_rope_head_dim",
-    "v_head_dim",
-    "rope_theta",
-    "rope_scaling",
-    "rope_parameters",
-    "rope_interleave",
-    "partial_rotary_factor",
-    "max_position_embeddings",
-    "sliding_window",
-    "use_sliding_window",
-    "max_window_layers",
-    "layer_types",
-    "full_attention_interval",
-    "rms_norm_eps",
-    # the router
-    "n_routed_experts",
-    "num_experts",
-    "num_local_experts",
-    "num_experts_per_tok",
-    "n_group",
-    "topk_group",
-    "topk_method",
-    "scoring_func",
-    "norm_topk_prob",
-    "routed_scaling_factor",
-    "n_shared_experts",
-    # which layers are sparse, and MTP
-    "num_hidden_layers",
-    "first_k_dense_replace",
-    "moe_layer_freq",
-    "decoder_sparse_step",
-    "mlp_only_layers",
-    "num_nextn_predict_layers",
-    "mtp_num_hidden_layers",
-)
-# Families spell whole groups with a prefix (Qwen3-Next/3.5 linear attention: linear_num_key_heads,
-# linear_conv_kernel_dim, ...; Qwen3.5 MTP options: mtp_*).
-ROUTING_CONFIG_PREFIXES: Tuple[str, ...] = ("linear_", "mtp_")
 
+def config_digest(config: Any) -> str:
+    """Digest of the routing-relevant values of a config (``ROUTING_CONFIG_KEYS``), as its class
+    resolves them (``sglang_r3.config_view.view_of``).
 
-def _routing_key(key: str) -> bool:
-    return key in ROUTING_CONFIG_KEYS or key.startswith(ROUTING_CONFIG_PREFIXES)
-
-
-def config_digest(raw_config: Mapping[str, Any]) -> str:
-    """Digest of the routing-relevant values of a raw config.json dict (``ROUTING_CONFIG_KEYS``).
-
-    Pass the file's own dict (json.load of the model folder's config.json), not a transformers
-    object's ``to_dict()``: that adds defaults and renames keys. Multimodal wrappers are read in
-    their text_config, as the layout is. Absent and null keys are skipped; values are hashed as
-    JSON (sorted keys), so 1 and 1.0 stay different, as they are in the file.
+    A config.json dict and the config object loaded from it give the same digest; so do the spellings
+    of one model that transformers and megatron-bridge write. Multimodal wrappers are read in their
+    text_config, as the layout is. Absent keys take the class default, null values are skipped;
+    values are hashed as JSON (sorted keys), integral floats as ints.
     """
-    if not isinstance(raw_config, Mapping):
-        raise LayoutError(f"config_digest needs the raw config.json dict, got {type(raw_config).__name__}")
-    d = _cfg_dict(raw_config)
-    picked = {k: v for k, v in d.items() if isinstance(k, str) and _routing_key(k) and v is not None}
+    if config is None or isinstance(config, (str, bytes, int, float, list, tuple)):
+        raise LayoutError(f"config_digest needs a config dict or object, got {type(config).__name__}")
+    return _digest(_view(config))
+
+
+def _digest(view: ConfigView) -> str:
     try:
-        blob = json.dumps(picked, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        blob = json.dumps(dict(view.values), sort_keys=True, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as e:
         raise LayoutError(f"config has a routing-relevant value that is not plain JSON: {e}") from e
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
-
-
-def _raw_config_of(config: Any) -> Dict[str, Any]:
-    """The config.json a transformers config object was loaded from."""
-    src = getattr(config, "name_or_path", None) or getattr(config, "_name_or_path", None)
-    path = os.path.join(str(src), "config.json") if src else ""
-    if not path or not os.path.isfile(path):
-        raise LayoutError(
-            f"cannot find the config.json this {type(config).__name__} was loaded from "
-            f"(name_or_path={src!r}); the layout fingerprint hashes the raw file, so pass "
-            f"json.load(open('<model dir>/config.json')) or use layout_from_model_path(<model dir>)"
-        )
-    with open(path) as f:
-        return json.load(f)
-
-
-def _check_object_matches_file(obj: Mapping[str, Any], raw: Mapping[str, Any], arch: str) -> None:
-    """Refuse a config object whose routing-relevant scalars were changed after loading (overrides).
-
-    Only scalars present in both are compared: transformers restructures some values (rope
-    dicts) and adds defaults, neither of which is a change of the model.
-    """
-    scalar = (bool, int, float, str)
-    differ = [
-        f"{k}: object {obj[k]!r}, config.json {v!r}"
-        for k, v in raw.items()
-        if isinstance(k, str) and _routing_key(k) and isinstance(v, scalar)
-        and isinstance(obj.get(k), scalar) and obj[k] != v
-    ]
-    if differ:
-        raise LayoutError(
-            f"{arch} config object differs from the config.json it was loaded from ({'; '.join(differ)}); "
-            f"the fingerprint would not describe the model being run"
-        )

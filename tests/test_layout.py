@@ -122,34 +122,141 @@ def test_qwen_dense_layers_are_refused(override):
         layout_from_hf_config({**load("qwen3_30b_a3b"), **override})
 
 
-@pytest.mark.parametrize("name", ["deepseek_v3", "glm4_5", "glm4_7", "qwen3_5_35b_a3b", "mixtral_8x7b"])
-def test_hf_config_object_gives_the_same_layout(tmp_path, name):
-    # transformers adds defaults the file lacks and (5.x) folds rope_theta into rope_parameters;
-    # the fingerprint must still be the file's.
-    transformers = pytest.importorskip("transformers")
-    cfg = {k: v for k, v in load(name).items() if not k.startswith("_")}
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    obj = transformers.AutoConfig.from_pretrained(str(tmp_path))
+def _sglang_config(directory, cfg):
+    """The config object SGLang's own loader resolves from a folder holding ``cfg``."""
+    pytest.importorskip("sglang")
+    from sglang.srt.utils.hf_transformers.config import get_config
+
+    directory.mkdir(exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(cfg))
+    return get_config(str(directory), trust_remote_code=False)
+
+
+def _published(name):
+    return {k: v for k, v in load(name).items() if not k.startswith("_")}
+
+
+SERVED_FIXTURES = sorted(n for n in FAMILIES if n != "mimo_7b")  # MiMo's config class is remote code
+
+
+@pytest.mark.parametrize("name", SERVED_FIXTURES)
+def test_config_object_sglang_resolves_gives_the_file_layout(tmp_path, name):
+    # SGLang's object has every default filled, (transformers 5) rope_theta folded into
+    # rope_parameters and attribute-mapped names; layout and fingerprint are still the file's.
+    cfg = _published(name)
+    obj = _sglang_config(tmp_path / "m", cfg)
     a, b = layout_from_hf_config(obj), layout_from_hf_config(cfg)
     assert a == b and a.fingerprint == b.fingerprint
 
 
-def test_hf_config_object_without_its_file_is_refused():
+@pytest.mark.parametrize("name", ["deepseek_v3", "glm4_5", "glm4_7", "mixtral_8x7b", "qwen3_30b_a3b"])
+def test_transformers_autoconfig_object_gives_the_file_layout(tmp_path, name):
+    # For these families SGLang builds transformers' own class, so a trainer's AutoConfig agrees too.
     transformers = pytest.importorskip("transformers")
-    cfg = {k: v for k, v in load("deepseek_v3").items() if not k.startswith("_")}
-    with pytest.raises(LayoutError, match=r"cannot find the config.json this DeepseekV3Config was loaded from.*raw file"):
-        layout_from_hf_config(transformers.DeepseekV3Config(**cfg))
-
-
-def test_hf_config_object_changed_after_loading_is_refused(tmp_path):
-    # e.g. a serving override: the file no longer describes the model being run
-    transformers = pytest.importorskip("transformers")
-    cfg = {k: v for k, v in load("deepseek_v3").items() if not k.startswith("_")}
+    cfg = _published(name)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     obj = transformers.AutoConfig.from_pretrained(str(tmp_path))
+    assert layout_from_hf_config(obj).fingerprint == layout_from_hf_config(cfg).fingerprint
+
+
+def test_hf_config_object_built_without_a_file_gives_the_layout_of_its_values():
+    transformers = pytest.importorskip("transformers")
+    cfg = _published("deepseek_v3")
+    obj = transformers.DeepseekV3Config(**cfg)
+    assert layout_from_hf_config(obj).fingerprint == layout_from_hf_config(cfg).fingerprint
+
+
+def test_hf_config_object_changed_after_loading_gets_the_fingerprint_of_what_it_is(tmp_path):
+    # e.g. SGLang's --json-model-override-args: the server serves the object, so its layout is the
+    # object's; a trainer holding the file's layout then refuses those records (they are of another model).
+    cfg = _published("deepseek_v3")
+    obj = _sglang_config(tmp_path / "m", cfg)
     obj.topk_group = 2
-    with pytest.raises(LayoutError, match=r"differs from the config.json it was loaded from \(topk_group: object 2, config.json 4\)"):
-        layout_from_hf_config(obj)
+    changed = layout_from_hf_config(obj)
+    assert changed.fingerprint != layout_from_hf_config(cfg).fingerprint
+    assert changed.fingerprint == layout_from_hf_config({**cfg, "topk_group": 2}).fingerprint
+
+
+# One model, every spelling ------------------------------------------------------
+
+# The attribute-map aliases of each family's config class (transformers 5.19), renamed by hand:
+# what transformers 5 save_pretrained (Qwen3-MoE: num_local_experts) or an exporter may write.
+ALIAS_SPELLINGS = {
+    "glm4_5": {"n_routed_experts": "num_local_experts", "num_nextn_predict_layers": "num_mtp_layers"},
+    "glm4_7": {"n_routed_experts": "num_local_experts", "num_nextn_predict_layers": "num_mtp_layers"},
+    "deepseek_v3": {"n_routed_experts": "num_local_experts", "num_nextn_predict_layers": "num_mtp_layers"},
+    "qwen3_30b_a3b": {"num_experts": "num_local_experts"},
+    "mixtral_8x7b": {"num_local_experts": "num_experts"},
+}
+
+
+def _respelled(cfg, renames):
+    inner = cfg.get("text_config") or cfg
+    for old, new in renames.items():
+        inner[new] = inner.pop(old)
+    return cfg
+
+
+@pytest.mark.parametrize("name", sorted(ALIAS_SPELLINGS))
+def test_each_family_rule_reads_both_spellings_of_its_keys(name):
+    hub = layout_from_hf_config(_published(name))
+    respelled = layout_from_hf_config(_respelled(_published(name), ALIAS_SPELLINGS[name]))
+    assert respelled == hub and respelled.fingerprint == hub.fingerprint
+
+
+@pytest.mark.parametrize(
+    "name, renames",
+    [
+        # transformers 5 folds rope_theta into rope_parameters; 4.x wrote rope_theta / rope_scaling.
+        ("qwen3_5_35b_a3b", {}),
+        ("qwen3_next_80b_a3b_instruct", {}),
+    ],
+)
+def test_qwen_hybrid_families_read_layer_types_or_full_attention_interval(name, renames):
+    cfg = _published(name)
+    inner = cfg.get("text_config") or cfg
+    interval, L = inner["full_attention_interval"], inner["num_hidden_layers"]
+    as_layer_types = copy.deepcopy(cfg)
+    t = as_layer_types.get("text_config") or as_layer_types
+    t.pop("full_attention_interval")
+    t["layer_types"] = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(L)]
+    t["rope_parameters"] = {"rope_type": "default", "rope_theta": t.pop("rope_theta", 10000.0)}
+    a, b = layout_from_hf_config(cfg), layout_from_hf_config(as_layer_types)
+    assert a == b and a.fingerprint == b.fingerprint
+
+
+# A served transformers-5 Qwen3-MoE checkpoint (num_local_experts) starting and routing, with its
+# rows equal to transformers' routers: tests/test_families.py (qwen3_moe).
+
+
+def _bridge_style(directory, name):
+    """A stand-in for a megatron-bridge export: the bridge builds the HF config through the family's
+    config class from the values it maps (in the class's constructor spelling, alias names included),
+    adds its dtype, and saves it with save_pretrained."""
+    transformers = pytest.importorskip("transformers")
+    cfg = _published(name)
+    cls = transformers.CONFIG_MAPPING[cfg["model_type"]]
+    kwargs = _respelled(copy.deepcopy(cfg), ALIAS_SPELLINGS.get(name, {}))
+    kwargs.pop("model_type")
+    obj = cls(**kwargs, dtype="bfloat16")
+    obj.save_pretrained(str(directory))
+    return json.loads((directory / "config.json").read_text())
+
+
+@pytest.mark.parametrize("name", SERVED_FIXTURES)
+def test_hub_save_pretrained_and_bridge_exports_give_one_layout(tmp_path, name):
+    hub = _published(name)
+    obj = _sglang_config(tmp_path / "m", hub)
+    obj.save_pretrained(str(tmp_path / "saved"))
+    saved = json.loads((tmp_path / "saved" / "config.json").read_text())
+    spellings = {"hub": hub, "save_pretrained": saved}
+    if name in ALIAS_SPELLINGS:  # families SGLang builds with transformers' own class
+        spellings["bridge"] = _bridge_style(tmp_path / "bridge", name)
+    layouts = {k: layout_from_hf_config(v) for k, v in spellings.items()}
+    assert {k: l.fingerprint for k, l in layouts.items()} == {k: layouts["hub"].fingerprint for k in layouts}
+    assert all(l == layouts["hub"] for l in layouts.values())
+    if name == "qwen3_30b_a3b":  # the spelling that used to stop the scheduler
+        assert "num_local_experts" in saved and "num_experts" not in saved
 
 
 def test_layout_from_model_path(tmp_path):
@@ -182,9 +289,17 @@ def test_fingerprint_changes_with_one_layer_role():
     assert c.layers == b.layers and c.fingerprint != a.fingerprint
 
 
-def test_same_shape_different_routing_config_differs():
-    # GLM-4.7 adds n_group/topk_group to GLM-4.5's config: same layers, a different routing config.
+def test_values_equal_to_the_class_default_are_the_same_config():
+    # GLM-4.7 writes n_group = topk_group = 1, Glm4MoeConfig's defaults that GLM-4.5 leaves implicit:
+    # SGLang and transformers build the same router for both, so they share a fingerprint.
     a, b = layout_from_hf_config(load("glm4_5")), layout_from_hf_config(load("glm4_7"))
+    assert (load("glm4_7")["n_group"], load("glm4_7")["topk_group"]) == (1, 1) and "n_group" not in load("glm4_5")
+    assert a == b and a.fingerprint == b.fingerprint
+
+
+def test_same_shape_different_routing_config_differs():
+    a = layout_from_hf_config(load("glm4_7"))
+    b = layout_from_hf_config({**load("glm4_7"), "n_group": 4, "topk_group": 2})
     assert a.layers == b.layers
     assert a.config_digest != b.config_digest and a.fingerprint != b.fingerprint and a != b
 
@@ -232,10 +347,10 @@ def test_numerics_and_bookkeeping_do_not_change_the_fingerprint(key, a, b):
     assert la.fingerprint == lb.fingerprint
 
 
-def test_absent_and_null_keys_are_the_same():
+def test_absent_and_null_keys_are_the_same_where_the_class_has_no_default():
     base = load("glm4_5")
-    assert "n_group" not in base
-    assert layout_from_hf_config({**base, "n_group": None}).fingerprint == layout_from_hf_config(base).fingerprint
+    assert "scoring_func" not in base  # not a Glm4MoeConfig field
+    assert layout_from_hf_config({**base, "scoring_func": None}).fingerprint == layout_from_hf_config(base).fingerprint
 
 
 def test_embedded_model_dir_raw_json_and_transformers_agree():
@@ -253,7 +368,7 @@ def test_config_digest_travels_with_the_layout():
     a = layout_from_hf_config(load("glm4_7"))
     d = json.loads(json.dumps(a.to_dict()))
     assert d["config_digest"] == a.config_digest
-    d["config_digest"] = layout_from_hf_config(load("glm4_5")).config_digest
+    d["config_digest"] = layout_from_hf_config({**load("glm4_7"), "topk_group": 2}).config_digest
     with pytest.raises(LayoutError, match="does not match"):
         ModelLayout.from_dict(d)
     del d["config_digest"]  # a layout from a server that does not send it
@@ -289,23 +404,37 @@ def test_missing_architectures():
         ("deepseek_v3", "n_routed_experts"),
         ("qwen3_30b_a3b", "num_experts_per_tok"),
         ("mixtral_8x7b", "num_local_experts"),
-        ("mimo_7b", "num_hidden_layers"),
     ],
 )
-def test_missing_key_names_the_key(name, key):
-    cfg = load(name)
+def test_missing_key_takes_the_class_default_as_sglang_does(tmp_path, name, key):
+    cfg = _published(name)
     del cfg[key]
-    with pytest.raises(LayoutError, match=f"{cfg['architectures'][0]} config is missing '{key}'"):
-        layout_from_hf_config(cfg)
+    assert layout_from_hf_config(cfg) == layout_from_hf_config(_sglang_config(tmp_path / "m", cfg))
 
 
-def test_missing_key_inside_text_config():
-    cfg = load("qwen3_5_35b_a3b")
+def test_missing_key_inside_text_config_takes_the_text_class_default(tmp_path):
+    cfg = _published("qwen3_5_35b_a3b")
     del cfg["text_config"]["num_experts"]
-    with pytest.raises(LayoutError, match="missing 'num_experts'"):
+    layout = layout_from_hf_config(cfg)
+    assert layout.num_experts == 512  # SGLang's Qwen3_5MoeTextConfig default
+    assert layout == layout_from_hf_config(_sglang_config(tmp_path / "m", cfg))
+
+
+@pytest.mark.parametrize(
+    "cfg, key",
+    [
+        ({**load("mimo_7b")}, "num_hidden_layers"),  # MiMo's class is remote code: raw keys only
+        ({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "a_fork", "num_hidden_layers": 2}, "num_experts"),
+    ],
+)
+def test_missing_key_without_a_known_config_class_names_the_key(cfg, key):
+    cfg = dict(cfg)
+    cfg.pop(key, None)
+    with pytest.raises(LayoutError, match=f"{cfg['architectures'][0]} config is missing '{key}'"):
         layout_from_hf_config(cfg)
 
 
 def test_malformed_wire_layout():
     with pytest.raises(LayoutError, match="malformed layout"):
         ModelLayout.from_dict({"architecture": "x", "layers": []})
+

@@ -25,6 +25,8 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
+from sglang_r3.patches.cpu import mla
+
 _TORCH_NATIVE = "torch_native"
 
 
@@ -82,6 +84,8 @@ def _verify_forward(self, q, k, v, layer, forward_batch, save_kv_cache=True):
 def _forward_extend_around(original, self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
     if forward_batch.forward_mode.is_target_verify():
         return _verify_forward(self, q, k, v, layer, forward_batch, save_kv_cache)
+    if mla.is_mha_over_latent_pool(self, k, v, forward_batch, save_kv_cache):
+        return mla.mha_extend(self, q, k, v, layer, forward_batch)  # DeepSeek MLA prefill (mla.py)
     return original(self, q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
 
 

@@ -1,0 +1,219 @@
+"""sglang_r3.config_view against the config classes SGLang 0.5.23 builds (the oracle).
+
+The view of a raw config.json (computed without transformers, from the table in config_view) must
+equal the view of the config object SGLang's own ``get_config`` resolves from that file, and the view
+of what that object's ``save_pretrained`` writes: three spellings of one model, one view.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+
+from sglang_r3.config_view import CONFIG_MODEL_TYPES, ConfigError, facts_table, is_routing_key, view_of
+
+transformers = pytest.importorskip("transformers")
+hf_common = pytest.importorskip("sglang.srt.utils.hf_transformers.common")
+from sglang.srt.utils.hf_transformers.config import get_config  # noqa: E402
+
+CONFIGS = Path(__file__).parent / "data" / "configs"
+# Fixtures SGLang can resolve without remote code (MiMo's config class is the checkpoint's own code).
+FIXTURES = sorted(p.stem for p in CONFIGS.glob("*.json") if p.stem != "mimo_7b")
+
+
+def _load(name):
+    return {k: v for k, v in json.loads((CONFIGS / f"{name}.json").read_text()).items() if not k.startswith("_")}
+
+
+def _sglang_config(tmp_path, cfg, sub="m"):
+    d = tmp_path / sub
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    return get_config(str(d), trust_remote_code=False)
+
+
+def _saved(tmp_path, obj, sub="saved"):
+    d = tmp_path / sub
+    obj.save_pretrained(str(d))
+    return json.loads((d / "config.json").read_text())
+
+
+def _config_class(model_type):
+    """The class SGLang instantiates for a model type: its own registry first, then transformers'."""
+    return hf_common._CONFIG_REGISTRY.get(model_type) or transformers.CONFIG_MAPPING[model_type]
+
+
+def _field_defaults(cls):
+    if cls.__module__.startswith("transformers"):  # transformers 5: dataclass configs
+        out = {}
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                out[f.name] = f.default_factory()
+        return out
+    out = {}  # SGLang's own classes: keyword defaults of their __init__ chain
+    for c in reversed(cls.__mro__):
+        if "__init__" in c.__dict__ and c.__module__.startswith("sglang"):
+            for n, p in inspect.signature(c.__init__).parameters.items():
+                if p.default is not inspect.Parameter.empty:
+                    out[n] = p.default
+    return out
+
+
+@pytest.mark.parametrize("model_type", CONFIG_MODEL_TYPES)
+def test_alias_and_default_table_is_the_config_class_sglang_builds(model_type):
+    cls = _config_class(model_type)
+    aliases = dict(getattr(cls, "attribute_map", {}) or {})
+    defaults = {
+        aliases.get(k, k): v
+        for k, v in _field_defaults(cls).items()
+        if (is_routing_key(k) or k in aliases) and v is not None
+    }
+    defaults.setdefault("rope_theta", getattr(cls, "default_theta", None))
+    table_aliases, table_defaults = facts_table()[model_type]
+    assert (table_aliases, table_defaults) == (aliases, defaults), (
+        f"regenerate _FACTS[{model_type!r}] from {cls.__module__}.{cls.__name__}:\n"
+        f"aliases={aliases!r},\ndefaults={dict(sorted(defaults.items()))!r}"
+    )
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_file_object_and_save_pretrained_views_agree(tmp_path, name):
+    raw = _load(name)
+    obj = _sglang_config(tmp_path, raw)
+    saved = _saved(tmp_path, obj)
+    assert view_of(obj) == view_of(raw)
+    assert view_of(saved) == view_of(raw)
+    # and what SGLang resolves from the saved file
+    assert view_of(_sglang_config(tmp_path, saved, "again")) == view_of(raw)
+
+
+def _perturbed(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value * 2 + 2
+    if isinstance(value, float):
+        return value * 3
+    if isinstance(value, str):
+        return {"silu": "gelu", "greedy": "group_limited_greedy"}.get(value)
+    return None
+
+
+def _perturbations():
+    for mt in CONFIG_MODEL_TYPES:
+        _, defaults = facts_table()[mt]
+        for key, value in sorted(defaults.items()):
+            new = _perturbed(value)
+            if new is not None:
+                yield pytest.param(mt, key, new, id=f"{mt}-{key}")
+
+
+# Architectures SGLang dispatches on, per model type (only to make the configs complete).
+_ARCH = {
+    "glm4_moe": "Glm4MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
+    "deepseek_v2": "DeepseekV2ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM",
+    "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM", "mixtral": "MixtralForCausalLM", "olmoe": "OlmoeForCausalLM",
+}
+# Attention widths a class validates together: changed as a consistent trio.
+_WIDTHS = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+_WIDTHS_CHANGED = {"hidden_size": 128, "num_attention_heads": 8, "num_key_value_heads": 4}
+
+
+@pytest.mark.parametrize("model_type, key, value", list(_perturbations()))
+def test_one_changed_value_reads_the_same_through_file_and_object(tmp_path, model_type, key, value):
+    # Every default the table holds, changed one at a time: the class's derivations (head_dim from
+    # qk_rope_head_dim, sliding windows, layer types, RoPE) must be mirrored for each of them.
+    raw = {"model_type": model_type, "architectures": [_ARCH[model_type]], key: value}
+    if key in _WIDTHS:
+        raw.update({**_WIDTHS, key: _WIDTHS_CHANGED[key]})
+    if model_type in ("qwen3_next", "qwen3_5_moe_text"):
+        raw.setdefault("full_attention_interval", 4)
+    try:
+        obj = _sglang_config(tmp_path, raw)
+    except Exception as e:  # the class itself refuses this value: nothing to compare
+        pytest.skip(f"{model_type} class refuses {key}={value!r}: {e}")
+    assert view_of(obj) == view_of(raw)
+    assert view_of(_saved(tmp_path, obj)) == view_of(raw)
+
+
+@pytest.mark.parametrize(
+    "legacy, current",
+    [
+        ({"rope_theta": 500000}, {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}}),
+        (
+            {"rope_theta": 10000, "rope_scaling": {"type": "yarn", "factor": 4.0}, "max_position_embeddings": 4096},
+            {"max_position_embeddings": 4096, "rope_parameters": {
+                "rope_type": "yarn", "factor": 4, "rope_theta": 10000, "original_max_position_embeddings": 4096}},
+        ),
+    ],
+)
+def test_rope_spellings_of_4x_and_5x_are_one_view(legacy, current):
+    base = {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]}
+    assert view_of({**base, **legacy}) == view_of({**base, **current})
+
+
+def test_glm_partial_rotary_factor_top_level_or_inside_rope_parameters():
+    base = {"model_type": "glm4_moe", "architectures": ["Glm4MoeForCausalLM"]}
+    a = view_of({**base, "partial_rotary_factor": 0.5, "rope_theta": 1000000})
+    b = view_of({**base, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}})
+    assert a == b
+
+
+def test_alias_and_stored_name_that_disagree_are_refused():
+    with pytest.raises(ConfigError, match=r"'num_experts'=8 and 'num_local_experts'=16.*alias of 'num_local_experts'"):
+        view_of({"model_type": "qwen3_moe", "num_experts": 8, "num_local_experts": 16})
+
+
+def test_layer_types_that_contradict_full_attention_interval_are_refused():
+    cfg = {"model_type": "qwen3_next", "num_hidden_layers": 4, "full_attention_interval": 2,
+           "layer_types": ["linear_attention"] * 4}
+    with pytest.raises(ConfigError, match="disagree with full_attention_interval=2"):
+        view_of(cfg)
+
+
+def test_view_of_an_object_is_of_the_object_not_its_file(tmp_path):
+    # --json-model-override-args changes the object SGLang serves; the view follows what is served.
+    obj = _sglang_config(tmp_path, _load("deepseek_v3"))
+    before = view_of(obj)
+    obj.topk_group = 2
+    assert view_of(obj) != before and view_of(obj).get("topk_group") == 2
+
+
+def test_wrapped_text_config_is_read_with_its_own_class_facts(tmp_path):
+    raw = _load("qwen3_5_35b_a3b")
+    text = copy.deepcopy(raw["text_config"])
+    text.pop("model_type", None)  # files without it are read as the wrapper's text model
+    view = view_of({**raw, "text_config": text})
+    assert view.model_type == "qwen3_5_moe_text" and view.architecture == "Qwen3_5MoeForConditionalGeneration"
+    assert view == view_of(_sglang_config(tmp_path, raw))
+
+
+def test_trainer_without_transformers_computes_the_servers_fingerprints(tmp_path):
+    # The trainer's base install has no transformers (tests/test_trainer_install.py): its table path
+    # must give the fingerprint the server computes from the config object SGLang resolves.
+    from sglang_r3.layout import layout_from_hf_config
+    from tests.test_trainer_install import SERVER_ONLY, _ok, _run
+
+    names = FIXTURES
+    server = {n: layout_from_hf_config(_sglang_config(tmp_path, _load(n), n)).fingerprint for n in names}
+    saved = {n: str(tmp_path / f"saved-{n}") for n in names}
+    for n in names:
+        _sglang_config(tmp_path, _load(n), f"{n}-again").save_pretrained(saved[n])
+    code = f"""
+import json
+from sglang_r3.layout import layout_from_hf_config, layout_from_model_path
+raw = {{n: layout_from_hf_config({{k: v for k, v in json.load(open(p)).items() if not k.startswith("_")}}).fingerprint
+       for n, p in {dict((n, str(CONFIGS / f"{n}.json")) for n in names)!r}.items()}}
+saved = {{n: layout_from_model_path(p).fingerprint for n, p in {saved!r}.items()}}
+print(json.dumps([raw, saved]))
+"""
+    raw, resaved = json.loads(_ok(_run(code, SERVER_ONLY)).strip().splitlines()[-1])
+    assert raw == server and resaved == server

@@ -1,0 +1,182 @@
+"""Every MoE family SGLang 0.5.23 serves on the CPU runtime, against transformers' own routers.
+
+Each family's checkpoint is built and saved by transformers' own ``<Family>ForCausalLM`` (tests/families.py),
+served with ``python -m sglang_r3.launch_server --model-path DIR --dtype float32``; the oracle is
+transformers' router top-k (hooks on its routers) over the same prompt + completion ids, and its module
+tree (which layers have a router and experts).
+
+DeepSeek-V3 (MLA, YaRN, grouped top-k, one NextN layer) runs exactly once the CPU runtime attends
+over the decompressed k/v in its MHA prefill (sglang_r3/patches/cpu/mla.py); it is served twice, MTP
+speculation off and on.
+
+Families that do not run here, and why (SGLang 0.5.23, torch_native attention, CPU):
+- Qwen3.5-MoE (and Qwen3.5 MTP): SGLang's model modules do not import on CPU (``sgl_kernel`` has no
+  ``fused_sigmoid_mul_cpu``; logged as "Ignore import error when loading sglang.srt.models.qwen3_5").
+- Qwen3-Next: its gated-delta-net linear attention runs FLA Triton kernels (code reading, not run).
+- Qwen2-MoE: does not start, a Triton path (issue 18's report, not rerun).
+- GPT-OSS: attention sinks, which TorchNativeAttnBackend does not take (code reading, not run).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+import pytest
+
+from sglang_r3.layout import ROLE_DENSE, ROLE_MOE, ROLE_MTP, LayoutError, layout_from_model_path
+from tests.families import FAMILIES, GROUPS, Family, RouterTrace, build, dense_or_moe, load_transformers, serve_group
+from tests.routing_http import fetch_layout, generate, record_of
+
+PROMPTS = ["The quick brown fox jumps over", "Routing replay: 1, 2, 3,", "MoE"]
+SAMPLING = {
+    "greedy": {"temperature": 0.0},
+    "sampled": {"temperature": 1.0, "top_p": 0.9},
+}
+NEW_TOKENS = 24
+
+
+@pytest.fixture(scope="module", params=sorted(GROUPS))
+def served(request):
+    """One family's servers at a time: pytest runs every test of a family, then the next family."""
+    yield from serve_group(request.param)
+
+
+@pytest.fixture(scope="module")
+def oracles():
+    """transformers' model and router hooks per family, loaded once."""
+    out = {}
+    yield lambda name: out.setdefault(name, RouterTrace(load_transformers(build(FAMILIES[name]))))
+    for trace in out.values():
+        trace.close()
+
+
+def _upstream_rows(b64: str, T: int, num_layers: int, topk: int) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(b64), dtype=np.int32).reshape(T - 1, num_layers, topk)
+
+
+def test_layout_roles_are_transformers_module_tree(served, oracles):
+    name, url = served.family, served.url
+    layout = fetch_layout(url)
+    model = oracles(name).model
+    decoder = [l for l in layout.layers if l.role != ROLE_MTP]
+    assert [l.role for l in decoder] == dense_or_moe(model)
+    # MTP layers: transformers builds none; the checkpoint carries FAMILIES[name].mtp_layers NextN layers.
+    assert [(l.id, l.depth) for l in layout.mtp_layers] == [
+        (model.config.num_hidden_layers + d, d + 1) for d in range(FAMILIES[name].mtp_layers)
+    ]
+    for l in layout.moe_layers + layout.mtp_layers:
+        assert (l.num_experts, l.topk) == (model.config.num_local_experts, model.config.num_experts_per_tok)
+    # The trainer reading the checkpoint's config.json (as save_pretrained spelled it) agrees, fingerprint too.
+    if name == "qwen3_moe":  # the spelling that used to stop the scheduler ("missing 'num_experts'")
+        saved = json.loads((build(FAMILIES[name]) / "config.json").read_text())
+        assert saved["num_local_experts"] == 8 and "num_experts" not in saved
+    assert layout_from_model_path(str(build(FAMILIES[name]))) == layout
+    assert layout_from_model_path(str(build(FAMILIES[name]))).fingerprint == layout.fingerprint
+
+
+@pytest.mark.parametrize("mode", sorted(SAMPLING))
+def test_captured_rows_are_transformers_router_topk(served, oracles, mode):
+    name, url = served.family, served.url
+    layout = fetch_layout(url)
+    trace = oracles(name)
+    prompts = [list(p.encode()) for p in PROMPTS]
+    outs = generate(
+        url, input_ids=prompts, return_routing=True, return_routed_experts=True,
+        sampling_params={**SAMPLING[mode], "max_new_tokens": NEW_TOKENS},
+    )
+    moe_cols = list(layout.moe_layer_ids)
+    dense_cols = [l.id for l in layout.layers if l.role == ROLE_DENSE]
+    pairs = 0
+    for prompt, out in zip(prompts, outs):
+        tokens = prompt + list(out["output_ids"])
+        T = len(tokens)
+        assert len(out["output_ids"]) >= 1
+        want = trace.topk(tokens)[: T - 1]  # the last token was never an input
+        record = record_of(out)
+        assert record.experts.shape == (T - 1, len(moe_cols), layout.topk) and record.start == 0
+        got = np.sort(record.experts.astype(np.int64), axis=-1)
+        mismatch = np.argwhere((got != want).any(axis=-1))
+        assert mismatch.size == 0, (
+            f"{name}/{mode}: {len(mismatch)} of {got.shape[0] * got.shape[1]} (token, MoE layer) pairs differ "
+            f"from transformers, first at (token, layer column) {mismatch[:5].tolist()}"
+        )
+        upstream = _upstream_rows(out["meta_info"]["routed_experts"], T, layout.num_hidden_layers, layout.topk)
+        np.testing.assert_array_equal(np.sort(upstream[:, moe_cols], axis=-1), got)
+        assert not upstream[:, dense_cols].any()
+        pairs += got.shape[0] * got.shape[1]
+    assert pairs > 0
+
+
+def _qwen3_with_a_dense_layer() -> Family:
+    base = FAMILIES["qwen3_moe"]
+    return Family("qwen3_moe_mlp_only", base.config_class, base.model_class, {**base.config, "mlp_only_layers": [0]})
+
+
+def test_qwen_mlp_only_layers_stay_refused_at_start_up():
+    # transformers builds layer 0 as a dense MLP; SGLang 0.5.23's Qwen3-MoE ignores mlp_only_layers and
+    # would build it MoE, so its rows would be of another model than the trainer's: refused.
+    from tests.families import SERVE_FLAGS
+    from tests.servers import ServerProcess
+
+    fam = _qwen3_with_a_dense_layer()
+    path = build(fam)
+    model = load_transformers(path)
+    assert dense_or_moe(model) == [ROLE_DENSE, ROLE_MOE]
+    with pytest.raises(LayoutError, match=r"mlp_only_layers=\[0\].*SGLang builds every Qwen3MoeForCausalLM layer"):
+        layout_from_model_path(str(path))
+    server = ServerProcess(["--model-path", str(path), *SERVE_FLAGS]).start()
+    try:
+        with pytest.raises(RuntimeError, match="server exited") as info:
+            server.wait_ready()
+    finally:
+        server.stop()
+    assert "SGLang builds every Qwen3MoeForCausalLM layer as MoE" in str(info.value)
+
+
+def _check_mtp_section(tokens, mtp):
+    """Draft entries tagged as for GLM: depth 1 (one NextN layer), an accepted entry routed the token
+    that followed its position, rejections monotone within a round (tests/test_speculative.py)."""
+    from tests.test_speculative import _check_mtp_marks
+
+    assert mtp is not None and mtp.num_entries > 0
+    assert set(np.unique(mtp.depth)) == {1}
+    _check_mtp_marks(tokens, mtp, 0)
+
+
+@pytest.mark.parametrize("served", ["deepseek_v3"], indirect=True)
+def test_deepseek_v3_mtp_main_rows_equal_spec_off_rows_and_transformers(served, oracles):
+    spec, base = served.urls["deepseek_v3_mtp"], served.urls["deepseek_v3"]
+    trace = oracles("deepseek_v3")
+    prompts = [list(p.encode()) for p in PROMPTS]
+    params = {"temperature": 0.0, "max_new_tokens": 32}
+    on = generate(spec, input_ids=prompts, return_routing={"mtp": True}, sampling_params=params)
+    off = generate(base, input_ids=prompts, return_routing=True, sampling_params=params)
+    for prompt, s, b in zip(prompts, on, off):
+        assert s["output_ids"] == b["output_ids"]
+        rs, rb = record_of(s), record_of(b)
+        np.testing.assert_array_equal(rs.experts, rb.experts)
+        tokens = prompt + list(s["output_ids"])
+        np.testing.assert_array_equal(np.sort(rs.experts.astype(np.int64), axis=-1), trace.topk(tokens)[:-1])
+        _check_mtp_section(tokens, rs.mtp)
+        assert rb.mtp is None
+
+
+@pytest.mark.parametrize("served", ["deepseek_v3"], indirect=True)
+def test_deepseek_v3_mtp_sampled_rows_are_transformers_router_topk(served, oracles):
+    url = served.urls["deepseek_v3_mtp"]
+    trace = oracles("deepseek_v3")
+    prompts = [list(p.encode()) for p in PROMPTS]
+    outs = generate(url, input_ids=prompts, return_routing={"mtp": True}, return_routed_experts=True,
+                    sampling_params={**SAMPLING["sampled"], "max_new_tokens": 32})
+    layout = fetch_layout(url)
+    for prompt, out in zip(prompts, outs):
+        tokens = prompt + list(out["output_ids"])
+        rec = record_of(out)
+        got = np.sort(rec.experts.astype(np.int64), axis=-1)
+        np.testing.assert_array_equal(got, trace.topk(tokens)[:-1])
+        upstream = _upstream_rows(out["meta_info"]["routed_experts"], len(tokens), layout.num_hidden_layers, layout.topk)
+        np.testing.assert_array_equal(np.sort(upstream[:, list(layout.moe_layer_ids)], axis=-1), got)
+        _check_mtp_section(tokens, rec.mtp)
+
