@@ -31,12 +31,14 @@ GOALS = {
     "capture_us_per_forward_worst_ratio": ("<= 1 (ours / upstream, every size)", lambda v: v <= 1.0),
     "decode_bind_speedup_vs_slime": (">= 3", lambda v: v >= 3),
     "decode_bind_speedup_vs_slime_msgpack": (">= 5", lambda v: v >= 5),
+    "slime_fill_speedup": (">= 3", lambda v: v >= 3),
     "record_size_vs_fixed_width_bound": ("<= 1.02", lambda v: v <= 1.02),
     "response_build_ms_per_1k_tokens": ("<= 2", lambda v: v <= 2),
     "event_loop_stall_p99_ms": ("<= 50", lambda v: v <= 50),
     "capture_overhead_ratio": ("<= 1.03", lambda v: v <= 1.03),
     "capture_overhead_ci_halfwidth": ("<= 0.02", lambda v: v <= 0.02),
     "soak_rss_growth_mb": ("<= 5", lambda v: v <= 5),
+    "r3_health_overhead_ratio": ("<= 1.03", lambda v: v <= 1.03),
 }
 
 LONG_PROMPT = " ".join(["The quick brown fox jumps over the lazy dog."] * 30)
@@ -108,7 +110,7 @@ def step(log: Dict[str, float], name: str, fn, *a, **kw):
 
 
 def run(args) -> Dict[str, Any]:
-    from benchmarks import capture_overhead, capture_path, decode_bind, host_memory, response_build, wire_size
+    from benchmarks import capture_overhead, capture_path, decode_bind, host_memory, response_build, slime_fill, wire_size
     from sglang_r3.cpu import has_gpu
 
     t0 = time.monotonic()
@@ -134,7 +136,13 @@ def run(args) -> Dict[str, Any]:
         res["wire_size"] = timed("wire_size (synthetic, real shapes)", wire_size.synthetic, 4096)
         res["decode_bind"] = timed("decode_bind (64 mixed + one 32k sample; GLM-4.5, Qwen3-30B-A3B)", decode_bind.run,
                                    repeats=3 if args.quick else 9)
+        res["slime_fill"] = timed("slime_fill (64 mixed + one 32k sample into slime's replays; GLM-4.5, Qwen3-30B-A3B)",
+                                  slime_fill.run_isolated, repeats=3 if args.quick else 9)
         res["response_build"] = timed("response_build (32k record; 64 x 4k stall)", response_build.run, quick=args.quick)
+        from benchmarks import r3_health  # megatron-core in-process: the trainer's step, live R3 health on / off
+
+        res["r3_health"] = timed("r3_health (replayed train step, measure on / off)", r3_health.measure,
+                                 rounds=40 if args.quick else 100)
         if "r3" in urls and "plain" in urls:
             wl = capture_overhead.WORKLOADS_QUICK if args.quick else capture_overhead.WORKLOADS
             # Servers this run started are measured as several pairs, restarted in between: one pair's ratio
@@ -186,6 +194,9 @@ def run(args) -> Dict[str, Any]:
         "decode_bind_speedup_vs_slime": db["decode_bind_speedup_vs_slime"],
         "decode_bind_speedup_vs_slime_msgpack": db["decode_bind_speedup_vs_slime_msgpack"],
         "decode_bind_speedup_vs_slime_filler_int64": db["decode_bind_speedup_vs_slime_filler_int64"],
+        "slime_fill_speedup": res["slime_fill"]["slime_fill_speedup"],
+        "slime_fill_speedup_msgpack": res["slime_fill"]["slime_fill_speedup_msgpack"],
+        "slime_fill_speedup_upstream_arrays": res["slime_fill"]["slime_fill_speedup_upstream_arrays"],
         "record_size_ratio_vs_upstream": ws["record_size_ratio_vs_upstream"],
         "record_size_ratio_same_transport": ws["record_size_ratio_same_transport"],
         "record_size_vs_fixed_width_bound": max(ws["record_size_vs_fixed_width_bound"].values()),
@@ -204,6 +215,8 @@ def run(args) -> Dict[str, Any]:
         "capture_overhead_ratio_prefill_heavy": ((cap.get("prefill_heavy") or {}).get("cpu_ratio") or {}).get("main"),
         "capture_overhead_ratio_decode_heavy": ((cap.get("decode_heavy") or {}).get("cpu_ratio") or {}).get("main"),
         "soak_rss_growth_mb": round(res["soak"]["rss_growth_mb"], 2) if res["soak"] else None,
+        "r3_health_overhead_ratio": res["r3_health"]["r3_health_overhead_ratio"]["value"],
+        "r3_health_overhead_ci": [res["r3_health"]["r3_health_overhead_ratio"][b] for b in ("lo", "hi")],
     }
     res["goals"] = {
         k: {"goal": g, "value": res["keys"][k], "met": (None if res["keys"][k] is None else bool(ok(res["keys"][k])))}

@@ -360,7 +360,7 @@ def layout_from_model_path(model_path: str) -> ModelLayout:
 
 
 def config_digest(config: Any) -> str:
-    """Digest of the routing-relevant values of a config (``ROUTING_CONFIG_KEYS``), as its class
+    """Digest of the routing-relevant values of a config (``config_view.ROUTING_CONFIG_KEYS``), as its class
     resolves them (``sglang_r3.config_view.view_of``).
 
     A config.json dict and the config object loaded from it give the same digest; so do the spellings
