@@ -11,8 +11,8 @@ import threading
 from typing import Any, Optional
 
 # Rows of one record counted into the load gauges: evenly spaced, so a long record costs a bounded
-# ~2 ms (a 32k-token GLM-4.5 record counted whole costs ~130 ms of the response builder's time);
-# records up to this many tokens are counted exactly.
+# share of the response builder's time (counted whole, a 32k-token record's histogram would cost more
+# than building its response); records up to this many tokens are counted exactly.
 LOAD_ROWS_PER_RECORD = 512
 
 _metrics = None
