@@ -181,6 +181,19 @@ def _qwen_hybrid_layer_types(d: Dict[str, Any]) -> None:
 # Generated from the config classes SGLang 0.5.23 builds (transformers 5.19.0's, and SGLang's own for
 # qwen3_next / qwen3_5_moe_text); tests/test_config_view.py regenerates it and compares. Only
 # routing-relevant fields, None defaults left out (a None is never hashed).
+_QWEN_HYBRID_FACTS = _Facts(
+    aliases={},
+    defaults={"attention_bias": False, "decoder_sparse_step": 1, "head_dim": 256, "hidden_act": "silu",
+              "hidden_size": 2048, "intermediate_size": 5632, "linear_conv_kernel_dim": 4,
+              "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+              "linear_value_head_dim": 128, "max_position_embeddings": 32768, "mlp_only_layers": [],
+              "moe_intermediate_size": 512, "norm_topk_prob": True, "num_attention_heads": 16, "num_experts": 512,
+              "num_experts_per_tok": 10, "num_hidden_layers": 48, "num_key_value_heads": 2,
+              "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+              "shared_expert_intermediate_size": 512, "tie_word_embeddings": False, "vocab_size": 151936},
+    derive=(_qwen_hybrid_layer_types,),
+)
+
 _FACTS: Dict[str, _Facts] = {
     "glm4_moe": _Facts(
         aliases={"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
@@ -236,30 +249,9 @@ _FACTS: Dict[str, _Facts] = {
                   "use_sliding_window": False, "vocab_size": 151936},
         derive=(_mlp_only_layers_list, _qwen2_moe_window_and_layer_types),
     ),
-    "qwen3_next": _Facts(
-        aliases={},
-        defaults={"attention_bias": False, "decoder_sparse_step": 1, "head_dim": 256, "hidden_act": "silu",
-                  "hidden_size": 2048, "intermediate_size": 5632, "linear_conv_kernel_dim": 4,
-                  "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
-                  "linear_value_head_dim": 128, "max_position_embeddings": 32768, "mlp_only_layers": [],
-                  "moe_intermediate_size": 512, "norm_topk_prob": True, "num_attention_heads": 16, "num_experts": 512,
-                  "num_experts_per_tok": 10, "num_hidden_layers": 48, "num_key_value_heads": 2,
-                  "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
-                  "shared_expert_intermediate_size": 512, "tie_word_embeddings": False, "vocab_size": 151936},
-        derive=(_qwen_hybrid_layer_types,),
-    ),
-    "qwen3_5_moe_text": _Facts(
-        aliases={},
-        defaults={"attention_bias": False, "decoder_sparse_step": 1, "head_dim": 256, "hidden_act": "silu",
-                  "hidden_size": 2048, "intermediate_size": 5632, "linear_conv_kernel_dim": 4,
-                  "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
-                  "linear_value_head_dim": 128, "max_position_embeddings": 32768, "mlp_only_layers": [],
-                  "moe_intermediate_size": 512, "norm_topk_prob": True, "num_attention_heads": 16, "num_experts": 512,
-                  "num_experts_per_tok": 10, "num_hidden_layers": 48, "num_key_value_heads": 2,
-                  "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
-                  "shared_expert_intermediate_size": 512, "tie_word_embeddings": False, "vocab_size": 151936},
-        derive=(_qwen_hybrid_layer_types,),
-    ),
+    # Qwen3.5-MoE's text config is Qwen3-Next's (same class defaults in transformers 5.19).
+    "qwen3_next": _QWEN_HYBRID_FACTS,
+    "qwen3_5_moe_text": _QWEN_HYBRID_FACTS,
     "mixtral": _Facts(
         aliases={"num_experts": "num_local_experts"},
         defaults={"hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
