@@ -28,6 +28,7 @@ import pybase64
 import torch
 
 from benchmarks.shapes import GLM45, Shape, synthetic_record, upstream_routed_experts
+from benchmarks.stats import worst_speedup
 from sglang_r3.layout import ModelLayout
 from sglang_r3.record import RoutingRecord, bits_for, token_digest
 
@@ -281,11 +282,10 @@ def run(repeats: int = 5, n_mixed: int = 64, long: int = 32768, shapes=None) -> 
     shapes = shapes or [GLM45, next(s for s in SHAPES if s.name == "Qwen3-30B-A3B")]
     lengths = batch_lengths(n_mixed, long)
     per = {s.name: run_shape(s, lengths, repeats) for s in shapes}
-    worst = lambda k: min(v["speedup_vs_slime"][k]["value"] for v in per.values())  # noqa: E731
     return {
         "lengths": {"mixed": n_mixed, "long": long, "total_tokens": sum(lengths)},
         "per_shape": per,
-        "decode_bind_speedup_vs_slime": worst("ours_json"),
-        "decode_bind_speedup_vs_slime_msgpack": worst("ours_msgpack"),
-        "decode_bind_speedup_vs_slime_filler_int64": worst("ours_json_filler_int64"),
+        "decode_bind_speedup_vs_slime": worst_speedup(per, "ours_json"),
+        "decode_bind_speedup_vs_slime_msgpack": worst_speedup(per, "ours_msgpack"),
+        "decode_bind_speedup_vs_slime_filler_int64": worst_speedup(per, "ours_json_filler_int64"),
     }

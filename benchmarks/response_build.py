@@ -5,16 +5,16 @@ Both sides start from what the scheduler puts in ``req.routed_experts`` and end 
 * upstream SGLang 0.5.23: int32 ``[T-1, num_hidden_layers, topk]`` (``BaseTopkCapturer.get_topk``) ->
   ``DetokenizerManager._b64_encode_per_request`` (pybase64 of the tensor bytes, detokenizer process) ->
   ``meta_info["routed_experts"]`` -> ``orjson_response`` (``dumps_json``) in the HTTP process.
-* ours: the msgpack payload (``capture/transport.encode_payload``, built at collect time in the scheduler)
+* ours: the msgpack payload (``capture/payload.encode_payload``, built at collect time in the scheduler)
   as ``PayloadBytes`` -> the same detokenizer base64 -> ``patches/responses._to_contract`` (the
-  TokenizerManager hook: keeps the payload encoded for our /generate) -> ``server/routes.attach_all``
-  (pybase64 decode, ``decode_payload``, record, ``to_wire``) -> ``routes._respond`` (orjson or msgpack).
+  TokenizerManager hook: keeps the payload encoded for our /generate) -> ``server/generate.attach_all``
+  (pybase64 decode, ``decode_payload``, record, ``to_wire``) -> ``server/wire.respond`` (orjson or msgpack).
   These are the functions our HTTP process runs, called directly.
 
 Event-loop stall: 64 requests of 4k tokens finish in one batch. The TokenizerManager's handle loop sets
 all 64 events in one pass, so all 64 coroutines are ready in the same loop iteration. Each runs what the
 server runs for it: upstream, ``orjson_response`` on the loop (SGLang's handler); ours, ``_to_contract``
-on the loop (the hook), then ``routes.respond_routed`` (record and body built in worker threads). A 1 ms
+on the loop (the hook), then ``generate.respond_routed`` (record and body built in worker threads). A 1 ms
 heartbeat task on the same asyncio loop records how late it wakes; the stall is its p99.
 """
 
@@ -30,7 +30,8 @@ import torch
 
 from benchmarks.shapes import GLM45, Shape, synthetic_record, upstream_routed_experts
 from benchmarks.stats import bootstrap_ci, ratio_ci
-from sglang_r3.capture.transport import NATIVE_ROUTING, PayloadBytes, encode_payload
+from sglang_r3.capture.payload import PayloadBytes, encode_payload
+from sglang_r3.response import NATIVE_ROUTING
 
 
 def _payloads(shape: Shape, rows: int, seed: int = 0):
@@ -80,7 +81,8 @@ def _options():
 
 
 def ours_path(payload, rows: int, layout, binary: bool) -> bytes:
-    from server.routes import _respond, attach_all
+    from server.generate import attach_all
+    from server.wire import respond as _respond
 
     out = {"text": "", "output_ids": [], "meta_info": {**_meta(rows), "routed_experts": _detok(payload)}}
     return _respond(attach_all(_tm_hook(out), _options(), layout, binary), binary).body
@@ -113,7 +115,7 @@ def event_loop_stall(shape: Shape = GLM45, n_requests: int = 64, tokens: int = 4
                      bursts: int = 3) -> Dict[str, Any]:
     """side: ``json`` / ``msgpack`` (ours), or ``upstream`` (int32 routed_experts through SGLang's handler).
     ``stall_p99_ms``: the median over ``bursts`` bursts of each burst's p99 heartbeat lateness."""
-    from server.routes import respond_routed
+    from server.generate import respond_routed
     from sglang.srt.utils.json_response import orjson_response
 
     layout, opts = shape.layout(), _options()

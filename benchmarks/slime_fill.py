@@ -15,7 +15,7 @@ recorded into ``RoutingReplay.all_routing_replays[i]`` (slime/utils/routing_repl
 The decode, validation and preparation pieces are benchmarks/decode_bind.py's; the loop and the replay are
 tests/trainer/slime_reference.py's.
 
-Ours: ``json.loads`` (or ``msgpack.unpackb``) -> ``RoutingRecord.from_wire`` (sglang_r3/record.py) ->
+Ours: ``json.loads`` (or ``msgpack.unpackb``) -> ``RoutingRecord.from_wire`` (sglang_r3/record/records.py) ->
 ``fill_routing_replay`` (sglang_r3/integrations/slime.py: every record checked — fingerprint, layers, rows,
 token digest, id range, distinct ids — then packed as slime packs, one compact block per layer, recorded into
 each router's own replay). ``ours_upstream_arrays``: slime's own decode, then ``fill_routing_replay`` on its
@@ -42,6 +42,7 @@ import torch
 
 from benchmarks import decode_bind
 from benchmarks.shapes import GLM45, SHAPES, Shape
+from benchmarks.stats import worst_speedup
 from sglang_r3.record import RoutingRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "trainer"))
@@ -191,13 +192,12 @@ def run(repeats: int = 5, n_mixed: int = 64, long: int = 32768, shapes=None) -> 
             os.environ.pop("ENABLE_ROUTING_REPLAY", None)
         else:
             os.environ["ENABLE_ROUTING_REPLAY"] = saved
-    worst = lambda k: min(v["speedup_vs_slime"][k]["value"] for v in per.values())  # noqa: E731
     return {
         "lengths": {"mixed": n_mixed, "long": long, "total_tokens": sum(lengths)},
         "per_shape": per,
-        "slime_fill_speedup": worst("ours_json"),
-        "slime_fill_speedup_msgpack": worst("ours_msgpack"),
-        "slime_fill_speedup_upstream_arrays": worst("ours_upstream_arrays"),
+        "slime_fill_speedup": worst_speedup(per, "ours_json"),
+        "slime_fill_speedup_msgpack": worst_speedup(per, "ours_msgpack"),
+        "slime_fill_speedup_upstream_arrays": worst_speedup(per, "ours_upstream_arrays"),
     }
 
 

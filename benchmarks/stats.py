@@ -39,3 +39,8 @@ def grouped_ratio_ci(groups: Sequence[tuple], n_boot: int = 2000, seed: int = 0)
     pooled = np.concatenate(ratios)
     return {"value": round(float(np.median(pooled)), 4), "lo": round(float(lo), 4), "hi": round(float(hi), 4),
             "n": int(len(pooled)), "groups": len(ratios)}
+
+
+def worst_speedup(per_shape: Dict[str, Dict], key: str) -> float:
+    """The smallest ``speedup_vs_slime[key]`` over the shapes measured: the figure a key reports."""
+    return min(v["speedup_vs_slime"][key]["value"] for v in per_shape.values())

@@ -1,6 +1,6 @@
 """Bytes on the wire per token: ours (JSON and msgpack) vs upstream's base64-int32 field vs the information bound.
 
-Synthetic records of real model shapes are serialized exactly as server/routes.py does
+Synthetic records of real model shapes are serialized exactly as server/wire.py does
 (JSON: orjson of the output dict; msgpack: ``msgpack.packb(..., use_bin_type=True)`` with the
 bit-packed record). ``measure_live`` does the same against a running server, from the HTTP bodies.
 """

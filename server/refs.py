@@ -19,9 +19,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from sglang_r3.capture.transport import RoutingUnavailable
 from sglang_r3.codes import STORE_ERROR_CODES
 from sglang_r3.record import RoutingRecord
+from sglang_r3.response import count_served, meta_of, outputs, refuse, unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -91,12 +91,12 @@ async def _put(cfg: RefConfig, rid: str, record: RoutingRecord) -> Dict[str, Any
 
 
 def _error(meta: Dict[str, Any], code: str, message: str, rows: int) -> None:
-    meta["routing_error"] = RoutingUnavailable(code, message, missing_rows=rows, rows=rows).to_meta()
+    refuse(meta, unavailable(code, message, rows))
 
 
 async def settle_one(out: Any) -> None:
-    meta = out.get("meta_info") if isinstance(out, dict) else None
-    pending = meta.get("routing_ref") if isinstance(meta, dict) else None
+    meta = meta_of(out)
+    pending = meta.get("routing_ref") if meta is not None else None
     if not isinstance(pending, PendingRef):
         return
     del meta["routing_ref"]
@@ -123,21 +123,17 @@ async def settle_one(out: Any) -> None:
         rid=rid, start=rec.start, num_tokens=rec.num_tokens,
         weight_version=rec.weight_version, tokens_digest=rec.tokens_digest,
     ).to_wire()
-    from sglang_r3.patches.metrics import metrics
-
-    if (m := metrics()) is not None:
-        m.records_served.labels(form="ref").inc()
-        m.record_bytes.labels(form="ref").inc(rec.experts.nbytes)
+    count_served("ref", rec.experts.nbytes)
 
 
 async def settle(ret: Any) -> Any:
     """Store every pending record of a /generate output (or list of outputs); returns ``ret``."""
-    items = [item for item in (ret if isinstance(ret, list) else [ret]) if _pending(item)]
+    items = [item for item in outputs(ret) if _pending(item)]
     if items:  # a task per output costs more than the rest of a short response's routing work
         await asyncio.gather(*(settle_one(item) for item in items))
     return ret
 
 
 def _pending(out: Any) -> bool:
-    meta = out.get("meta_info") if isinstance(out, dict) else None
-    return isinstance(meta, dict) and isinstance(meta.get("routing_ref"), PendingRef)
+    meta = meta_of(out)
+    return meta is not None and isinstance(meta.get("routing_ref"), PendingRef)

@@ -84,6 +84,22 @@ ROUTING_CONFIG_KEYS: Tuple[str, ...] = (
     "mlp_only_layers",
     "num_nextn_predict_layers",
     "mtp_num_hidden_layers",
+    # Step-3.5 (SGLang's own Step3p5Config) spells its router, widths and per-layer settings its own way
+    "moe_layers_enum",
+    "moe_num_experts",
+    "moe_top_k",
+    "moe_router_scaling_factor",
+    "use_moe_router_bias",
+    "need_fp32_gate",
+    "norm_expert_weight",
+    "num_attention_groups",
+    "attention_other_setting",
+    "share_expert_dim",
+    "partial_rotary_factors",
+    "swiglu_limits",
+    "swiglu_limits_shared",
+    "use_head_wise_attn_gate",
+    "yarn_only_types",
 )
 # Families spell whole groups with a prefix (Qwen3-Next/3.5 linear attention: linear_num_key_heads,
 # linear_conv_kernel_dim, ...; Qwen3.5 MTP options: mtp_*).
@@ -178,6 +194,26 @@ def _qwen_hybrid_layer_types(d: Dict[str, Any]) -> None:
     d["layer_types"] = derived
 
 
+def _step3p5_fields(d: Dict[str, Any]) -> None:
+    # SGLang's configs/step3p5.py: the share_expert_dims keyword is stored as share_expert_dim (default
+    # 1280); yarn_only_types None becomes []. moe_layers_enum is a "3,4,..." string in published files
+    # and a tuple of ints as the class default; SGLang's _is_moe_layer splits the string. One spelling: a
+    # list of ints.
+    dims = d.pop("share_expert_dims", None)
+    if d.get("share_expert_dim") is None:
+        d["share_expert_dim"] = 1280 if dims is None else dims
+    if d.get("yarn_only_types") is None:
+        d["yarn_only_types"] = []
+    enum = d.get("moe_layers_enum")
+    if isinstance(enum, str):
+        try:
+            d["moe_layers_enum"] = [int(x) for x in enum.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"moe_layers_enum must be comma-separated layer ids, got {enum!r}") from None
+    elif enum is not None:
+        d["moe_layers_enum"] = [int(x) for x in enum]
+
+
 # Generated from the config classes SGLang 0.5.23 builds (transformers 5.19.0's, and SGLang's own for
 # qwen3_next / qwen3_5_moe_text); tests/test_config_view.py regenerates it and compares. Only
 # routing-relevant fields, None defaults left out (a None is never hashed).
@@ -260,6 +296,16 @@ _FACTS: Dict[str, _Facts] = {
                   "rope_theta": 1000000.0, "tie_word_embeddings": False, "vocab_size": 32000},
         derive=(_kv_heads_default_to_heads,),
     ),
+    # SGLang's own class (configs/step3p5.py); __init__ keyword defaults.
+    "step3p5": _Facts(
+        aliases={},
+        defaults={"head_dim": 128, "hidden_size": 4096, "intermediate_size": 11264,
+                  "max_position_embeddings": 128000, "moe_intermediate_size": 1280,
+                  "moe_layers_enum": tuple(range(3, 45)), "moe_num_experts": 288, "moe_top_k": 8,
+                  "norm_expert_weight": True, "num_attention_groups": 8, "num_attention_heads": 64,
+                  "num_hidden_layers": 45, "rms_norm_eps": 1e-05, "rope_theta": 10000, "vocab_size": 128815},
+        derive=(_step3p5_fields,),
+    ),
     "olmoe": _Facts(
         aliases={"num_local_experts": "num_experts"},
         defaults={"attention_bias": False, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 2048,
@@ -283,6 +329,7 @@ _ARCH_MODEL_TYPE = {
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text",
     "MixtralForCausalLM": "mixtral",
     "OlmoeForCausalLM": "olmoe",
+    "Step3p5ForCausalLM": "step3p5",
 }
 # Multimodal wrappers whose text_config carries no model_type of its own in some files.
 _TEXT_MODEL_TYPE = {"qwen3_5_moe": "qwen3_5_moe_text"}

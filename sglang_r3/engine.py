@@ -15,11 +15,10 @@ import os
 from typing import Sequence
 
 from sglang_r3.launch_server import ENABLE_ENV, prepare
+from sglang_r3.patches import api
 
 
 def Engine(argv: Sequence[str] = ()):  # noqa: N802 -- named like the class it builds
     server_args = prepare(list(argv))
     os.environ[ENABLE_ENV] = "1"  # the plugin installs capture in this process and the scheduler's
-    import sglang
-
-    return sglang.Engine(server_args=server_args)
+    return api.engine(server_args)

@@ -84,22 +84,23 @@ def prepare(argv: Sequence[str], process: Optional[str] = None):
     os.environ[ENABLE_ENV] = "1"  # read by the plugin in SGLang's child processes
     argv, default_routing = pop_default_routing(argv)
     if default_routing:
-        os.environ[DEFAULT_ROUTING_ENV] = default_routing  # read by server/routes.py
+        os.environ[DEFAULT_ROUTING_ENV] = default_routing  # read by server/request.py
     sglang_argv = resolve_argv(argv, cpu=cpu)
+    from sglang_r3.patches import api
+
     if process is not None:
         from sglang_r3.patches import install
         from sglang_r3.patches.hooks import HookTargetError
 
+        from sglang_r3.plugin import rollout_api
+
         try:
-            install(process=process)
+            install(process=process, routes=rollout_api)
         except HookTargetError as exc:
             raise SystemExit(str(exc)) from None  # names each SGLang target that did not bind
 
-    from sglang.srt.plugins import load_plugins
-    from sglang.srt.server_args import prepare_server_args
-
-    load_plugins()
-    server_args = prepare_server_args(sglang_argv)
+    api.load_plugins()
+    server_args = api.prepare_server_args(sglang_argv)
     from sglang_r3.patches.startup_checks import UnsupportedConfigError, check_supported
 
     try:
@@ -114,13 +115,12 @@ def prepare(argv: Sequence[str], process: Optional[str] = None):
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     server_args = prepare(list(sys.argv[1:] if argv is None else argv), process="server")
-    from sglang.launch_server import run_server
-    from sglang.srt.utils import kill_process_tree
+    from sglang_r3.patches import api
 
     try:
-        run_server(server_args)
+        api.run_server(server_args)
     finally:
-        kill_process_tree(os.getpid(), include_parent=False)
+        api.kill_children()
 
 
 if __name__ == "__main__":

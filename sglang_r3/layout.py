@@ -300,6 +300,41 @@ def _every_layer_moe(v, arch) -> List[LayerInfo]:
     return _stack(L, lambda i: True, E, k, 0, mtp_moe=True)
 
 
+# step3p5_mtp.py builds every MTP layer's block as Step3p5DecoderLayer(layer_id=45) ("FIXME"): each
+# depth reads layer 45's entries of moe_layers_enum / layer_types / swiglu_limits.
+_STEP3P5_MTP_LAYER_ID = 45
+
+
+def _step3p5(v, arch) -> List[LayerInfo]:
+    """Step-3.5 (step3p5.py `_is_moe_layer`): a decoder layer is MoE iff its id is in moe_layers_enum;
+    moe_num_experts experts, moe_top_k. Its K = num_nextn_predict_layers MTP layers (step3p5_mtp.py,
+    one per draft step under multi-layer EAGLE) are all built as layer 45, so each is MoE iff 45 is in
+    moe_layers_enum. A config whose MTP layers would be built otherwise than it says (decoder count
+    not 45, or ids 45..45+K-1 not all MoE or all dense) is refused."""
+    L = _int(v, "num_hidden_layers", arch)
+    E = _int(v, "moe_num_experts", arch)
+    k = _int(v, "moe_top_k", arch)
+    enum = v.get("moe_layers_enum")
+    if enum is None:
+        raise LayoutError(f"{arch} config is missing 'moe_layers_enum', which its layout rule needs")
+    sparse = {int(x) for x in enum}
+    n_mtp = _mtp_count(v, arch, default=0)
+    if n_mtp:
+        if L != _STEP3P5_MTP_LAYER_ID:
+            raise LayoutError(
+                f"{arch}: num_hidden_layers={L}, but SGLang 0.5.23 builds every Step-3.5 MTP layer as layer "
+                f"{_STEP3P5_MTP_LAYER_ID} (step3p5_mtp.py); refusing a layout SGLang would not serve"
+            )
+        says = {L + j: (L + j) in sparse for j in range(n_mtp)}
+        if len(set(says.values())) > 1:
+            raise LayoutError(
+                f"{arch}: moe_layers_enum makes MTP layers {sorted(i for i, s in says.items() if s)} MoE and "
+                f"{sorted(i for i, s in says.items() if not s)} dense, but SGLang 0.5.23 builds all of them as "
+                f"layer {_STEP3P5_MTP_LAYER_ID}; refusing a layout SGLang would not serve"
+            )
+    return _stack(L, lambda i: i in sparse, E, k, n_mtp, mtp_moe=_STEP3P5_MTP_LAYER_ID in sparse)
+
+
 _FAMILIES = {
     "Glm4MoeForCausalLM": _glm4_moe,
     "DeepseekV3ForCausalLM": _deepseek,
@@ -312,6 +347,7 @@ _FAMILIES = {
     "MiMoForCausalLM": _mimo,
     "MixtralForCausalLM": _every_layer_moe,
     "OlmoeForCausalLM": _every_layer_moe,
+    "Step3p5ForCausalLM": _step3p5,
 }
 
 SUPPORTED_ARCHITECTURES: Sequence[str] = tuple(_FAMILIES)

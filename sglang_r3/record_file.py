@@ -75,13 +75,18 @@ def _from_msgpack(path: Path) -> Tuple[Optional[ModelLayout], Iterator[RoutingRe
 
     def records() -> Iterator[RoutingRecord]:
         with f:
-            for i, d in enumerate(unpacker):
-                try:
-                    yield RoutingRecord.from_wire(d)
-                except RecordError as e:
-                    raise RecordError(f"{path}: record {i}: {e}") from None
+            yield from _decoded(unpacker, path)
 
     return layout, records()
+
+
+def _decoded(wires: Iterable[Any], path: Path) -> Iterator[RoutingRecord]:
+    """Wire records to records, a bad one named by the file and its place in it."""
+    for i, d in enumerate(wires):
+        try:
+            yield RoutingRecord.from_wire(d)
+        except RecordError as e:
+            raise RecordError(f"{path}: record {i}: {e}") from None
 
 
 def _from_json(doc: Any, path: Path) -> Tuple[Optional[ModelLayout], Iterator[RoutingRecord]]:
@@ -100,11 +105,4 @@ def _from_json(doc: Any, path: Path) -> Tuple[Optional[ModelLayout], Iterator[Ro
             item = item["meta_info"]["routing"]
         wires.append(item)
 
-    def records() -> Iterator[RoutingRecord]:
-        for i, d in enumerate(wires):
-            try:
-                yield RoutingRecord.from_wire(d)
-            except RecordError as e:
-                raise RecordError(f"{path}: record {i}: {e}") from None
-
-    return layout, records()
+    return layout, _decoded(wires, path)

@@ -7,11 +7,9 @@ Prints a JSON line: {"output_ids": [...], "routed_experts": str|None, "routing":
 import json
 import sys
 
-if __name__ == "__main__":
-    from sglang_r3.engine import Engine
 
-    prompt = json.loads(sys.argv[1])
-    engine = Engine(["--disable-speculation"])
+def print_greedy_output(engine, prompt, **extra) -> None:
+    """One greedy output of ``engine`` (6 tokens, upstream's field asked for) as a JSON line; shuts it down."""
     try:
         out = engine.generate(
             input_ids=prompt,
@@ -20,6 +18,7 @@ if __name__ == "__main__":
         )
         meta = out["meta_info"]
         print(json.dumps({
+            **extra,
             "output_ids": out["output_ids"],
             "routed_experts": meta.get("routed_experts"),
             "routing": meta.get("routing"),
@@ -27,3 +26,9 @@ if __name__ == "__main__":
         }))
     finally:
         engine.shutdown()
+
+
+if __name__ == "__main__":
+    from sglang_r3.engine import Engine
+
+    print_greedy_output(Engine(["--disable-speculation"]), json.loads(sys.argv[1]))

@@ -13,6 +13,8 @@ import sys
 if __name__ == "__main__":
     import sglang
 
+    from engine_check import print_greedy_output  # this script's folder is on sys.path
+
     from sglang_r3.embedded import ensure_embedded_model
 
     prompt = json.loads(sys.argv[1])
@@ -31,20 +33,4 @@ if __name__ == "__main__":
             "notes": list(getattr(exc, "__notes__", [])),
             "children": len(multiprocessing.active_children()),
         }
-    engine = sglang.Engine(**base)
-    try:
-        out = engine.generate(
-            input_ids=prompt,
-            sampling_params={"max_new_tokens": 6, "temperature": 0},
-            return_routed_experts=True,
-        )
-        meta = out["meta_info"]
-        print(json.dumps({
-            "refusal": refusal,
-            "output_ids": out["output_ids"],
-            "routed_experts": meta.get("routed_experts"),
-            "routing": meta.get("routing"),
-            "routing_error": meta.get("routing_error"),
-        }))
-    finally:
-        engine.shutdown()
+    print_greedy_output(sglang.Engine(**base), prompt, refusal=refusal)

@@ -15,6 +15,8 @@ from sglang_r3.fleet.handle import RecordUnavailableError
 from sglang_r3.fleet.store import RecordStore, StoreBounds, encode_record
 from sglang_r3.record import RoutingRecord, token_digest
 
+pytestmark = pytest.mark.sglang
+
 
 def _openapi() -> dict:
     app = FastAPI()
@@ -49,7 +51,7 @@ def test_every_refusal_the_record_store_sends_is_a_documented_routing_error_code
         seen.add(answer["code"])
     assert seen == {"store_full", "engine_restarted"}
     assert seen <= documented
-    assert {"missing_rows", "capture_off"} <= documented  # the capture's own answers (capture/transport)
+    assert {"missing_rows", "capture_off"} <= documented  # the capture's own answers (capture/payload)
 
 
 def test_a_handle_error_with_an_undocumented_code_is_refused_where_it_is_made():

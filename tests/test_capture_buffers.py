@@ -21,6 +21,8 @@ from sglang_r3.capture.capturer import RoutingCapturer, StagingOverflow
 from sglang_r3.capture.draft import DraftCapturer
 from sglang_r3.layout import LayerInfo, ModelLayout
 
+pytestmark = pytest.mark.sglang
+
 torch.set_num_threads(1)
 
 LAYOUT = ModelLayout(

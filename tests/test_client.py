@@ -22,6 +22,8 @@ from sglang_r3.client import (
 from sglang_r3.layout import LayerInfo, ModelLayout
 from sglang_r3.record import RecordError, RoutingRecord, token_digest
 
+pytestmark = pytest.mark.fast
+
 LAYOUT = ModelLayout(
     "Glm4MoeForCausalLM",
     2,

@@ -21,6 +21,8 @@ transformers = pytest.importorskip("transformers")
 hf_common = pytest.importorskip("sglang.srt.utils.hf_transformers.common")
 from sglang.srt.utils.hf_transformers.config import get_config  # noqa: E402
 
+pytestmark = pytest.mark.sglang
+
 CONFIGS = Path(__file__).parent / "data" / "configs"
 # Fixtures SGLang can resolve without remote code (MiMo's config class is the checkpoint's own code).
 FIXTURES = sorted(p.stem for p in CONFIGS.glob("*.json") if p.stem != "mimo_7b")
@@ -121,6 +123,7 @@ _ARCH = {
     "deepseek_v2": "DeepseekV2ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM",
     "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM", "mixtral": "MixtralForCausalLM", "olmoe": "OlmoeForCausalLM",
+    "step3p5": "Step3p5ForCausalLM",
 }
 # Attention widths a class validates together: changed as a consistent trio.
 _WIDTHS = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
@@ -142,6 +145,18 @@ def test_one_changed_value_reads_the_same_through_file_and_object(tmp_path, mode
         pytest.skip(f"{model_type} class refuses {key}={value!r}: {e}")
     assert view_of(obj) == view_of(raw)
     assert view_of(_saved(tmp_path, obj)) == view_of(raw)
+
+
+def test_step3p5_file_object_and_save_pretrained_views_agree(tmp_path):
+    # SGLang's own Step3p5Config: per-layer rope_theta lists, share_expert_dims stored as share_expert_dim,
+    # moe_layers_enum as a string.
+    from tests.step3p5 import config
+
+    raw = config()
+    obj = _sglang_config(tmp_path, raw)
+    assert type(obj).__name__ == "Step3p5Config"
+    assert view_of(obj) == view_of(raw) == view_of(_saved(tmp_path, obj))
+    assert view_of(raw).get("moe_layers_enum")[:3] == [1, 3, 4]
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,8 @@ from sglang_r3.record_file import load_records, save_records
 from tests.routing_http import TIMEOUT, fetch_layout, generate, ids
 from tests.test_trainer_install import SERVER_ONLY, _ok, _run
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

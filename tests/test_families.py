@@ -29,6 +29,8 @@ from sglang_r3.layout import ROLE_DENSE, ROLE_MOE, ROLE_MTP, LayoutError, layout
 from tests.families import FAMILIES, GROUPS, Family, RouterTrace, build, dense_or_moe, load_transformers, serve_group
 from tests.routing_http import fetch_layout, generate, record_of
 
+pytestmark = pytest.mark.server
+
 PROMPTS = ["The quick brown fox jumps over", "Routing replay: 1, 2, 3,", "MoE"]
 SAMPLING = {
     "greedy": {"temperature": 0.0},
@@ -114,6 +116,7 @@ def _qwen3_with_a_dense_layer() -> Family:
     return Family("qwen3_moe_mlp_only", base.config_class, base.model_class, {**base.config, "mlp_only_layers": [0]})
 
 
+@pytest.mark.sglang  # the launcher refuses before SGLang serves
 def test_qwen_mlp_only_layers_stay_refused_at_start_up():
     # transformers builds layer 0 as a dense MLP; SGLang 0.5.23's Qwen3-MoE ignores mlp_only_layers and
     # would build it MoE, so its rows would be of another model than the trainer's: refused.

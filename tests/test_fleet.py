@@ -180,7 +180,7 @@ def test_a_direct_request_asks_for_a_handle_and_keeps_upstreams_field_and_msgpac
 
 def test_an_engine_without_a_record_store_refuses_a_request_for_a_handle_naming_the_field(monkeypatch):
     from server import refs
-    from server.routes import RequestError, parse_routing_options
+    from server.request import RequestError, parse_routing_options
 
     monkeypatch.delenv(refs.STORE_ENV, raising=False)
     with pytest.raises(RequestError, match="record store") as e:

@@ -31,6 +31,8 @@ from sglang_r3.record import RoutingRecord
 from sglang_r3.fleet.gateway import Gateway
 from tests.routing_http import TIMEOUT
 
+pytestmark = pytest.mark.server
+
 VOCAB = EMBEDDED_CONFIG["vocab_size"]
 MSGPACK = "application/msgpack"
 PROMPT = list(b"through the gateway")

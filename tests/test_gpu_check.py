@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from tests.test_trainer_install import SERVER_ONLY, _ok, _run
+
+pytestmark = pytest.mark.fast
 
 # What the bare GPU host lacks: SGLang and the server side, except pybase64 (brought as a wheel).
 ABSENT = tuple(m for m in SERVER_ONLY if m != "pybase64") + ("matplotlib",)

@@ -30,6 +30,8 @@ import pytest
 from sglang_r3.embedded import EMBEDDED_CONFIG
 from tests.routing_http import TIMEOUT, greedy, record_of
 
+pytestmark = pytest.mark.fast
+
 VOCAB = EMBEDDED_CONFIG["vocab_size"]
 HIDDEN = EMBEDDED_CONFIG["hidden_size"]
 PROMPT = list(b"hostile input")  # byte-level tokenizer: id == byte
@@ -647,6 +649,7 @@ def _embedded_tokenizer():
     return AutoTokenizer.from_pretrained(str(ensure_embedded_model()))
 
 
+@pytest.mark.sglang  # sglang_r3.patches imports SGLang
 def test_tokenizer_max_id_is_measured_again_when_tokens_are_added_and_unknown_for_other_tokenizers():
     from sglang_r3.patches.input_guard import tokenizer_max_id
 
@@ -683,6 +686,7 @@ def wide_tokenizer_url(tmp_path_factory):
         server.stop()
 
 
+@pytest.mark.server  # wide_tokenizer_url serves
 def test_text_that_tokenizes_beyond_the_model_vocabulary_gets_400_and_the_server_stays_up(wide_tokenizer_url):
     url, beyond, inside = wide_tokenizer_url, VOCAB + 5, VOCAB - 3
     sp = {"max_new_tokens": 2, "temperature": 0}

@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.sglang  # a child process drives SGLang's KV pool; no server
+
 
 def test_rows_follow_sglang_accepted_token_kv_move():
     script = Path(__file__).with_name("kv_move_check.py")

@@ -33,6 +33,8 @@ from sglang_r3.embedded import default_speculative_flags, ensure_embedded_model
 from tests.routing_http import TIMEOUT, greedy, ids
 from tests.servers import ServerProcess
 
+pytestmark = pytest.mark.sglang
+
 ROOT = Path(__file__).resolve().parent.parent
 OPT_IN = {"SGLANG_R3_ENABLED": "1"}
 CPU = not has_gpu()
@@ -132,6 +134,7 @@ def _rounds(b64: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(b64), dtype=np.int32).astype(np.int64)
 
 
+@pytest.mark.server  # opt_in_server serves
 def test_opt_in_server_refuses_an_id_outside_the_vocabulary_with_a_400_and_keeps_serving(opt_in_server):
     r = httpx.post(opt_in_server + "/generate", json={"input_ids": [1, 99999999], "sampling_params": {
         "max_new_tokens": 2}}, timeout=TIMEOUT)
@@ -164,6 +167,7 @@ def test_sglang_engine_returns_upstream_rows_and_record_equal_to_our_launcher(en
 # -- each path refuses what our launcher refuses, at start-up, naming the flag ---------------------------
 
 
+@pytest.mark.server  # engine_run serves an Engine
 def test_sglang_engine_refuses_dp_attention_naming_the_flag_before_any_process_starts(engine_run):
     refusal = engine_run["refusal"]
     assert refusal is not None, "sglang.Engine(enable_dp_attention=True) started"

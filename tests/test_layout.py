@@ -23,6 +23,8 @@ from sglang_r3.layout import (
     layout_from_model_path,
 )
 
+pytestmark = pytest.mark.fast
+
 CONFIGS = Path(__file__).parent / "data" / "configs"
 
 
@@ -140,6 +142,7 @@ SERVED_FIXTURES = sorted(n for n in FAMILIES if n != "mimo_7b")  # MiMo's config
 
 
 @pytest.mark.parametrize("name", SERVED_FIXTURES)
+@pytest.mark.sglang  # SGLang's own config loader is the oracle
 def test_config_object_sglang_resolves_gives_the_file_layout(tmp_path, name):
     # SGLang's object has every default filled, (transformers 5) rope_theta folded into
     # rope_parameters and attribute-mapped names; layout and fingerprint are still the file's.
@@ -166,6 +169,7 @@ def test_hf_config_object_built_without_a_file_gives_the_layout_of_its_values():
     assert layout_from_hf_config(obj).fingerprint == layout_from_hf_config(cfg).fingerprint
 
 
+@pytest.mark.sglang  # SGLang's own config loader is the oracle
 def test_hf_config_object_changed_after_loading_gets_the_fingerprint_of_what_it_is(tmp_path):
     # e.g. SGLang's --json-model-override-args: the server serves the object, so its layout is the
     # object's; a trainer holding the file's layout then refuses those records (they are of another model).
@@ -244,6 +248,7 @@ def _bridge_style(directory, name):
 
 
 @pytest.mark.parametrize("name", SERVED_FIXTURES)
+@pytest.mark.sglang  # SGLang's own config loader is the oracle
 def test_hub_save_pretrained_and_bridge_exports_give_one_layout(tmp_path, name):
     hub = _published(name)
     obj = _sglang_config(tmp_path / "m", hub)
@@ -406,12 +411,14 @@ def test_missing_architectures():
         ("mixtral_8x7b", "num_local_experts"),
     ],
 )
+@pytest.mark.sglang  # SGLang's own config loader is the oracle
 def test_missing_key_takes_the_class_default_as_sglang_does(tmp_path, name, key):
     cfg = _published(name)
     del cfg[key]
     assert layout_from_hf_config(cfg) == layout_from_hf_config(_sglang_config(tmp_path / "m", cfg))
 
 
+@pytest.mark.sglang  # SGLang's own config loader is the oracle
 def test_missing_key_inside_text_config_takes_the_text_class_default(tmp_path):
     cfg = _published("qwen3_5_35b_a3b")
     del cfg["text_config"]["num_experts"]
@@ -438,3 +445,42 @@ def test_malformed_wire_layout():
     with pytest.raises(LayoutError, match="malformed layout"):
         ModelLayout.from_dict({"architecture": "x", "layers": []})
 
+
+
+# -- Step-3.5 (multi-layer MTP; served in tests/test_multi_layer_mtp.py) ----------------------------------
+
+
+def _step3p5(**changes):
+    from tests.step3p5 import config
+
+    return {**config(), **changes}
+
+
+def test_step3p5_layout_reads_moe_layers_enum_and_has_one_moe_layer_per_mtp_depth():
+    from tests.step3p5 import DENSE_LAYERS, NUM_EXPERTS, NUM_LAYERS, NUM_MTP, TOPK
+
+    layout = layout_from_hf_config(_step3p5())
+    assert layout.num_hidden_layers == NUM_LAYERS
+    assert [l.id for l in layout.layers if l.role == ROLE_DENSE] == list(DENSE_LAYERS)
+    assert [(l.id, l.depth, l.num_experts, l.topk) for l in layout.mtp_layers] == [
+        (NUM_LAYERS + j, j + 1, NUM_EXPERTS, TOPK) for j in range(NUM_MTP)
+    ]
+    # moe_layers_enum as a list (the class default's spelling) and share_expert_dims under its stored name
+    cfg = _step3p5()
+    cfg["moe_layers_enum"] = [int(x) for x in cfg["moe_layers_enum"].split(",")]
+    cfg["share_expert_dim"] = cfg.pop("share_expert_dims")
+    assert layout_from_hf_config(cfg) == layout and layout_from_hf_config(cfg).fingerprint == layout.fingerprint
+
+
+def test_step3p5_mtp_layers_are_dense_when_layer_45_is():
+    enum = ",".join(str(i) for i in range(1, 45))  # the class default's range: no MTP layer listed
+    layout = layout_from_hf_config(_step3p5(moe_layers_enum=enum))
+    assert [l.has_router for l in layout.mtp_layers] == [False, False, False]
+
+
+def test_step3p5_mtp_layers_sglang_would_build_otherwise_are_refused():
+    # 45 MoE, 46/47 dense: SGLang 0.5.23 builds all three MTP layers as layer 45.
+    with pytest.raises(LayoutError, match=r"MTP layers \[45\] MoE and \[46, 47\] dense.*as layer 45"):
+        layout_from_hf_config(_step3p5(moe_layers_enum=",".join(str(i) for i in range(1, 46))))
+    with pytest.raises(LayoutError, match="num_hidden_layers=44.*as layer 45"):
+        layout_from_hf_config(_step3p5(num_hidden_layers=44))

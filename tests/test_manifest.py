@@ -14,6 +14,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.sglang
+
 TARGET = "sglang.srt.managers.io_struct.GenerateReqInput.normalize_batch_and_arguments"
 
 

@@ -11,6 +11,8 @@ import pytest
 
 from sglang_r3.record import MtpRouting, RecordError, RoutingRecord, bits_for, pack_ids, token_digest, unpack_ids
 
+pytestmark = pytest.mark.fast
+
 
 def _topk_ids(rng, rows: int, experts: int, topk: int, dtype) -> np.ndarray:
     # distinct ids within a row, like a real router's top-k

@@ -1,9 +1,10 @@
-"""The HTTP-process side of a routed /generate, called in process: where each step runs, and what it builds.
+"""The HTTP-process side of a routed /generate, in process: what it builds, and that the event loop keeps
+serving while it builds (that the server's /generate is ours: tests/test_serving.py).
 
-The event loop of SGLang's HTTP process serves every request; a burst of long records finishing together
-must not be decoded, built and serialized on it. These tests pin where that work runs (the loop only
-hands the still-encoded payload on; long records are built on the builder thread), and that the body
-equals the record built directly from the rows the scheduler sent.
+The event loop of SGLang's HTTP process serves every request; a long record's response (decode, build,
+serialize) must not hold it. The responsiveness test observes that as an order of events on a real event
+loop: a long response whose last build step cannot finish until another request has been answered on the
+same loop. Bodies are checked against the rows the scheduler sent.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import numpy as np
 import pybase64
 import pytest
 
-from server import routes
+from server.generate import respond_routed
 from server.schemas import RoutingOptions
-from sglang_r3.capture.transport import NATIVE_ROUTING, EncodedRouting, PayloadBytes, encode_payload
+from server.wire import respond
+from sglang_r3.capture.payload import EncodedRouting, PayloadBytes, encode_payload
 from sglang_r3.layout import LayerInfo, ModelLayout
-from sglang_r3.patches import responses
 from sglang_r3.record import RoutingRecord, token_digest
+
+pytestmark = pytest.mark.sglang
 
 # GLM-4.5's routed part: 89 MoE layers after 3 dense ones, 160 experts, top-8.
 LAYOUT = ModelLayout("Glm4MoeForCausalLM", 92, tuple(
@@ -41,44 +44,68 @@ def _finished_output(rows: int, seed: int):
     return out, experts
 
 
-def _through_hook(out):
-    token = NATIVE_ROUTING.set(True)
-    try:
-        return responses._to_contract(None, out)
-    finally:
-        NATIVE_ROUTING.reset(token)
+def _as_our_route_gets_it(out):
+    """The output as the TokenizerManager hook hands it to our /generate: the detokenizer's base64 still
+    encoded (``EncodedRouting``), to be decoded when the response is built."""
+    out["meta_info"]["routed_experts"] = EncodedRouting(out["meta_info"]["routed_experts"])
+    return out
 
 
-def test_the_tokenizer_manager_hook_hands_our_route_the_payload_still_encoded():
-    out, _ = _finished_output(8, 0)
-    raw = out["meta_info"]["routed_experts"]
-    meta = _through_hook(out)["meta_info"]
-    assert isinstance(meta["routed_experts"], EncodedRouting) and meta["routed_experts"].raw is raw
+def _record(resp) -> RoutingRecord:
+    return RoutingRecord.from_wire(json.loads(resp.body)["meta_info"]["routing"])
 
 
-@pytest.mark.parametrize("rows,off_loop", [(4095, True), (16, False)])
-def test_long_records_are_built_off_the_event_loop_and_equal_the_scheduler_rows(monkeypatch, rows, off_loop):
-    built_on = []
-    original = routes.attach_routing
+# Bounds a wait that only a blocked event loop would exhaust: the test then fails (order shows it) instead of
+# hanging. Nothing is measured against it.
+_BLOCKED_LOOP_GUARD_S = 120
 
-    def spy(*args, **kwargs):
-        built_on.append(threading.current_thread())
-        return original(*args, **kwargs)
 
-    monkeypatch.setattr(routes, "attach_routing", spy)
-    outs = [_finished_output(rows, seed) for seed in range(3)]
+def test_the_event_loop_answers_another_request_while_a_long_records_response_is_being_built():
+    long_out, long_experts = _finished_output(4095, 1)  # a 4k-token GLM-4.5 record: 2.9 MB of rows
+    short_out, short_experts = _finished_output(2, 2)
+    opts = RoutingOptions.model_validate({"return_routing": True})
+    order = []
+
+    async def serve():
+        loop = asyncio.get_running_loop()
+        long_building = asyncio.Event()
+        short_answered = threading.Event()
+
+        def serialize_long(out, binary):
+            # The long response's last build step: it cannot finish before another request was answered. Were
+            # it running on the event loop, the loop could answer nothing until it returned.
+            order.append("long response: being built")
+            loop.call_soon_threadsafe(long_building.set)
+            short_answered.wait(_BLOCKED_LOOP_GUARD_S)
+            order.append("long response: built")
+            return respond(out, binary)
+
+        async def short_request():
+            await long_building.wait()
+            resp = await respond_routed(_as_our_route_gets_it(short_out), opts, LAYOUT, False)
+            order.append("short response: answered")
+            short_answered.set()
+            return resp
+
+        long_resp = respond_routed(_as_our_route_gets_it(long_out), opts, LAYOUT, False, serialize=serialize_long)
+        return await asyncio.gather(long_resp, short_request())
+
+    long_resp, short_resp = asyncio.run(serve())
+    assert order == ["long response: being built", "short response: answered", "long response: built"]
+    for resp, experts in ((long_resp, long_experts), (short_resp, short_experts)):
+        rec = _record(resp)
+        assert rec.layers == LAYOUT.moe_layer_ids and np.array_equal(rec.experts, experts)
+
+
+def test_responses_finishing_together_each_carry_their_own_scheduler_rows():
+    outs = [_finished_output(rows, seed) for seed, rows in enumerate((4095, 16, 4095, 1))]
     opts = RoutingOptions.model_validate({"return_routing": True})
 
     async def serve():
-        loop_thread = threading.current_thread()
-        bodies = await asyncio.gather(*(routes.respond_routed(_through_hook(o), opts, LAYOUT, False) for o, _ in outs))
-        return loop_thread, bodies
+        return await asyncio.gather(*(respond_routed(_as_our_route_gets_it(o), opts, LAYOUT, False) for o, _ in outs))
 
-    loop_thread, bodies = asyncio.run(serve())
-    assert len(built_on) == 3
-    assert all((t is not loop_thread) == off_loop for t in built_on)
-    for resp, (_, experts) in zip(bodies, outs):
-        rec = RoutingRecord.from_wire(json.loads(resp.body)["meta_info"]["routing"])
+    for resp, (_, experts) in zip(asyncio.run(serve()), outs):
+        rec = _record(resp)
         assert rec.layers == LAYOUT.moe_layer_ids and np.array_equal(rec.experts, experts)
 
 
@@ -91,23 +118,3 @@ def test_the_payload_crosses_to_sglangs_detokenizer_as_bytes_it_encodes_unchange
     assert not hasattr(item, "storage")  # not a tensor: no tensor pickling on the way
     [b64] = DetokenizerManager._b64_encode_per_request([item])
     assert pybase64.b64decode(b64) == payload
-
-
-def test_our_routes_take_the_place_of_sglangs_generate_in_its_app():
-    # Starlette matches routes in order: /generate stays where SGLang put its own (early), not after all of
-    # SGLang's routes, and every other SGLang route keeps its order.
-    from sglang.srt.entrypoints import http_server
-
-    from sglang_r3.patches.http import install_http_routes
-
-    paths = [getattr(r, "path", None) for r in http_server.app.router.routes]
-    ours = {r.path for r in routes.router.routes}
-    install_http_routes()
-    after = http_server.app.router.routes
-    after_paths = [getattr(r, "path", None) for r in after]
-    assert after_paths.count("/generate") == 1
-    assert after[after_paths.index("/generate")].endpoint is routes.generate
-    assert after_paths.index("/generate") == paths.index("/generate")
-    assert [p for p in after_paths if p not in ours] == [p for p in paths if p not in ours]
-    install_http_routes()  # a second install replaces ours in place
-    assert [getattr(r, "path", None) for r in http_server.app.router.routes] == after_paths

@@ -184,3 +184,35 @@ def test_capture_counters(url):
     assert stats[0]["main_rows_written"] > 0
     assert stats[0]["main_captures_from_draft"] == 0
     assert stats[0]["unknown_layer_captures"] == 0
+
+
+# meta_info["routing"] as the README publishes it.
+ROUTING_FIELDS = {"layout", "start", "num_tokens", "layers", "topk", "dtype", "experts", "weight_version",
+                  "tokens_digest"}
+
+
+def test_the_servers_generate_is_ours_and_sglangs_other_routes_still_answer(nospec_server):
+    # SGLang's own /generate ignores fields it does not know: it would generate without a record for
+    # `return_routing: true`, and generate (200) for a malformed one. Ours returns the record, and a 400
+    # naming the field.
+    ids = [5, 17, 42, 99, 3]
+    body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 3, "temperature": 0}}
+    r = httpx.post(nospec_server + "/generate", json={**body, "return_routing": True}, timeout=120)
+    assert r.status_code == 200, r.text
+    meta = r.json()["meta_info"]
+    assert set(meta["routing"]) == ROUTING_FIELDS and "routed_experts" not in meta
+    from sglang_r3.record import RoutingRecord
+
+    rec = RoutingRecord.from_wire(meta["routing"])
+    assert rec.start == 0 and rec.num_tokens == len(ids) + len(r.json()["output_ids"]) - 1
+
+    bad = httpx.post(nospec_server + "/generate", json={**body, "return_routing": "yes"}, timeout=120)
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "return_routing", bad.text
+    packed = httpx.post(nospec_server + "/generate", json={**body, "return_routing": True}, timeout=120,
+                        headers={"Accept": "application/msgpack"})
+    assert packed.headers["content-type"].startswith("application/msgpack")
+
+    # The routes around it are still SGLang's own.
+    assert httpx.get(nospec_server + "/health_generate", timeout=120).status_code == 200
+    models = httpx.get(nospec_server + "/v1/models", timeout=120)
+    assert models.status_code == 200 and models.json()["data"], models.text

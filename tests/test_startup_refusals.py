@@ -19,6 +19,8 @@ import pytest
 
 from sglang_r3.launch_server import resolve_argv
 
+pytestmark = pytest.mark.sglang
+
 
 @pytest.fixture(scope="module")
 def sglang_args():
@@ -244,8 +246,57 @@ def test_speculative_algorithm_without_our_hooked_worker_is_refused(sglang_args,
 
 
 def test_multi_layer_eagle_worker_is_refused(sglang_args):
+    # The embedded GLM model: multi-layer EAGLE is captured for Step-3.5 only.
     err = _refusal(sglang_args, ["--enable-multi-layer-eagle"])
-    _assert_only_flag(err, "--enable-multi-layer-eagle", "MultiLayerEagleWorkerV2")
+    _assert_only_flag(err, "--enable-multi-layer-eagle", "MultiLayerEagleWorkerV2", "Step3p5ForCausalLM",
+                      "Glm4MoeForCausalLM")
+
+
+def _step3p5_dir(tmp_path, **changes):
+    import json
+
+    from tests.step3p5 import build
+
+    d = build(tmp_path / "step3p5")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(changes)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return ["--model-path", str(d), "--load-format", "dummy"]
+
+
+def test_multi_layer_eagle_that_sglang_turns_on_for_step3p5_passes_the_check(sglang_args, tmp_path):
+    from tests.step3p5 import SPEC_FLAGS
+
+    from sglang.srt.arg_groups.overrides import resolving_view
+
+    server_args = _check(sglang_args, _step3p5_dir(tmp_path) + SPEC_FLAGS)
+    assert resolving_view(server_args).enable_multi_layer_eagle  # SGLang's own choice for Step3p5ForCausalLM
+
+
+def test_multi_layer_eagle_for_a_model_without_a_layout_is_refused_naming_the_flag_sglang_set(sglang_args, tmp_path):
+    from tests.step3p5 import NUM_LAYERS, SPEC_FLAGS
+
+    # MTP layers 45 (MoE) and 46, 47 (dense): SGLang would build all three as layer 45.
+    enum = ",".join(str(i) for i in range(1, NUM_LAYERS + 1))
+    err = _refusal(sglang_args, _step3p5_dir(tmp_path, moe_layers_enum=enum) + SPEC_FLAGS)
+    assert err.flags == ["--enable-multi-layer-eagle (not on the command line: SGLang set it while resolving "
+                         "this configuration)"], str(err)
+    assert "no layout" in str(err) and "layer 45" in str(err)
+
+
+def test_multi_layer_eagle_with_more_draft_steps_than_mtp_layers_is_refused(sglang_args, tmp_path):
+    from tests.step3p5 import SPEC_FLAGS
+
+    flags = _step3p5_dir(tmp_path, num_nextn_predict_layers=2)
+    # 48 per-layer entries, as transformers' validator wants them, for 45 + 2 layers: keep 47.
+    import json
+
+    cfg = json.loads((tmp_path / "step3p5" / "config.json").read_text())
+    for key in ("layer_types", "rope_theta", "swiglu_limits", "swiglu_limits_shared", "partial_rotary_factors"):
+        cfg[key] = cfg[key][:47]
+    (tmp_path / "step3p5" / "config.json").write_text(json.dumps(cfg))
+    err = _refusal(sglang_args, flags + SPEC_FLAGS)
+    _assert_only_flag(err, "--speculative-num-steps 3", "MultiLayerEagleWorkerV2", "2 MTP layer(s)")
 
 
 def test_two_batch_overlap_is_refused(sglang_args):

@@ -20,6 +20,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # SGLang and what only the server side needs; sgl_kernel is SGLang's native half.
@@ -149,7 +151,7 @@ def test_python_310_to_312_may_install_the_trainer_side():
 
 def test_sglang_plugin_entry_point_is_kept():
     eps = _pyproject()["project"]["entry-points"]["sglang.srt.plugins"]
-    assert eps == {"sglang_r3": "sglang_r3.patches:plugin"}
+    assert eps == {"sglang_r3": "sglang_r3.plugin:plugin"}
 
 
 def test_built_metadata_requires_sglang_only_under_the_server_extra(tmp_path):

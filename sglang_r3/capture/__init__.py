@@ -1,7 +1,7 @@
 """Routing capture: buffers keyed by KV slot, filled by target forwards only."""
 
 from sglang_r3.capture.capturer import CaptureViolation, RoutingCapturer
-from sglang_r3.capture.transport import CapturedRouting, decode_payload, encode_payload
+from sglang_r3.capture.payload import CapturedRouting, decode_payload, encode_payload
 
 __all__ = [
     "CaptureViolation",

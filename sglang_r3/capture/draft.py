@@ -11,6 +11,13 @@ one draft forward:
   input is the i-th drafted token. Its ``accepted`` flag is resolved when the
   round's verify reports how many drafts were accepted.
 
+Multi-layer MTP (``MultiLayerEagleWorkerV2``, ``chain=True``): every draft forward is a draft-extend of
+MTP layer ``depth`` over a request's verified window (``valid`` rows: the prompt chunk, or the accepted
+tokens after a verify). Row ``i`` of depth ``d`` routes the token at position ``positions[i] + d``; the
+last ``d - 1`` rows route tokens the chain drafted from this window, so row ``i``'s step is
+``max(0, i + d - valid)``: step 0 routes verified tokens only, step ``s >= 1`` routes the s-th draft of
+the next speculation round and is resolved by that round's verify.
+
 Storage: one packed record array per request, grown geometrically. A decode
 step files one entry per request, so a Python object per filed slice would cost
 many times the entry's own bytes for as long as the request lives.
@@ -92,13 +99,17 @@ class DraftCapturer:
         max_tokens: int = 4096,
         device: str | torch.device = "cpu",
         per_request: bool = False,
+        num_depths: Optional[int] = None,
+        chain: bool = False,
     ):
         self.depth_of_config = depth_of_config  # id(topk_config) -> MTP depth
+        # chain: multi-layer MTP, one draft-extend forward per depth (steps per row, see the module doc).
+        self.chain = chain
         self.topk = topk
         self.dtype = dtype
         self._np_dtype = np.dtype(np.uint8 if dtype == torch.uint8 else np.uint16)
         self._entry_dtype = _entry_dtype(topk, self._np_dtype)
-        n_depth = max(depth_of_config.values(), default=0)
+        n_depth = num_depths if num_depths is not None else max(depth_of_config.values(), default=0)
         # Allocated once: a CUDA graph of a draft forward writes into this storage on every replay.
         self.staging = torch.zeros((max(n_depth, 1), max_tokens, topk), dtype=dtype, device=device)
         self._staged: Dict[int, int] = {}  # depth -> tokens staged in the current draft forward
@@ -121,6 +132,14 @@ class DraftCapturer:
 
     def wants(self, req_pool_idx: int) -> bool:
         return not self.per_request or int(req_pool_idx) in self._wanted
+
+    def add_routers(self, depth_of_config: Dict[int, int]) -> None:
+        """Routers of one more draft model (multi-layer MTP: one draft runner per depth)."""
+        if depth_of_config and max(depth_of_config.values()) > self.staging.shape[0]:
+            raise RuntimeError(
+                f"MTP depth {max(depth_of_config.values())} beyond the {self.staging.shape[0]} depths staged"
+            )
+        self.depth_of_config.update(depth_of_config)
 
     # -- during a draft forward ----------------------------------------------
     def capture(self, topk_config, topk_ids: torch.Tensor) -> None:
@@ -187,6 +206,8 @@ class DraftCapturer:
         block["round"] = self.round
         block["step"] = step
         block["accepted"] = step == 0
+        if self.chain and len(depths) != 1:
+            raise RuntimeError(f"a multi-layer MTP draft forward routed depths {sorted(depths)}, expected one")
         for depth in sorted(depths):
             block["depth"] = depth
             block["experts"] = ids_all[depth - 1]
@@ -207,17 +228,42 @@ class DraftCapturer:
                 e.rows[lo:end] = block[at : at + valid]
                 e.n = end
                 self._stats.entries += valid
-                if step > 0:
+                if self.chain:
+                    # Row i of depth d routes the token at positions[i] + d: verified for the first
+                    # valid - d + 1 rows, the (i + d - valid)-th draft of the next round after them.
+                    steps = np.maximum(0, np.arange(valid) + depth - valid)
+                    e.rows["step"][lo:end] = steps
+                    e.rows["accepted"][lo:end] = steps == 0
+                    for j in np.flatnonzero(steps):
+                        self._pending.append((p, e, lo + int(j), lo + int(j) + 1, int(steps[j])))
+                elif step > 0:
                     self._pending.append((p, e, lo, end, step))
 
     # -- after a verify --------------------------------------------------------
-    def resolve_round(self, req_pool_indices: Sequence[int], accepted_drafts: Sequence[int]) -> None:
-        """accepted_drafts[b]: how many drafted tokens request b's verify accepted (bonus token excluded)."""
+    def take_pending(self) -> List[tuple]:
+        """The drafts filed so far and not resolved yet (multi-layer MTP: the next verify resolves them,
+        while the draft-extend after it files the round after)."""
+        pending, self._pending = self._pending, []
+        return pending
+
+    def drop_pending(self, req_pool_indices: Sequence[int]) -> None:
+        """Unresolved drafts of these requests were never verified (a chunked prefill goes on): they stay
+        not accepted."""
+        gone = {int(p) for p in req_pool_indices}
+        if self._pending and gone:
+            self._pending = [t for t in self._pending if t[0] not in gone]
+
+    def resolve_round(
+        self, req_pool_indices: Sequence[int], accepted_drafts: Sequence[int], pending: Optional[List[tuple]] = None
+    ) -> None:
+        """accepted_drafts[b]: how many drafted tokens request b's verify accepted (bonus token excluded).
+        ``pending``: the entries this verify resolves (default: every pending entry)."""
         n_ok = {int(p): int(a) for p, a in zip(req_pool_indices, accepted_drafts)}
-        for pool_idx, e, lo, end, step in self._pending:
+        for pool_idx, e, lo, end, step in (self._pending if pending is None else pending):
             if pool_idx in n_ok:
                 e.rows["accepted"][lo:end] = step <= n_ok[pool_idx]
-        self._pending = []
+        if pending is None:
+            self._pending = []
         self.round += 1
         self._stats.resolved_rounds += 1
 
@@ -230,22 +276,32 @@ class DraftCapturer:
         if self._pending:
             self._pending = [t for t in self._pending if t[0] not in gone]
 
-    def collect(self, req_pool_idx: int, seqlen: int) -> Optional[MtpRouting]:
-        """Pop a finished request's entries. ``seqlen``: tokens of the returned sequence.
+    def collect(self, req_pool_idx: int, seqlen: int, tokens: Optional[Sequence[int]] = None) -> Optional[MtpRouting]:
+        """Pop a finished request's entries. ``seqlen``: tokens of the returned sequence; ``tokens``: the
+        sequence itself (prompt + completion), when known.
 
         A verify can accept tokens past a stop (max_new_tokens, a stop string) that
-        the response then trims; their entries are kept but marked not accepted.
+        the response then trims; their entries are kept but marked not accepted. An entry at position
+        p and depth d routed the token at p + d; with ``tokens`` given, one whose token is not the
+        sequence's token there is never marked accepted.
         """
         e = self._by_req.pop(int(req_pool_idx), None)
         if e is None or not e.n:
             return None
         r = e.rows[: e.n]
         positions = r["positions"].copy()
+        depth = r["depth"].copy()
+        target = positions.astype(np.int64) + depth
+        accepted = r["accepted"] & (target < seqlen)
+        if tokens is not None:
+            seq = np.asarray(tokens, dtype=np.int64)
+            inside = np.flatnonzero(accepted)
+            accepted[inside] = seq[target[inside]] == r["tokens"][inside]
         return MtpRouting(
             positions=positions,
-            depth=r["depth"].copy(),
+            depth=depth,
             step=r["step"].copy(),
-            accepted=r["accepted"] & (positions + 1 < seqlen),
+            accepted=accepted,
             experts=np.ascontiguousarray(r["experts"]),
             tokens=r["tokens"].copy(),
             rounds=r["round"].copy(),

@@ -1,8 +1,9 @@
 """Everything that touches SGLang 0.5.23 internals lives in this package.
 
-The next SGLang bump should only need changes here. ``plugin`` is registered
-under SGLang's ``sglang.srt.plugins`` entry-point group, so SGLang calls it in
-each of its processes; it is inert (registers nothing, changes no environment)
+The next SGLang bump should only need changes here. ``plugin`` is called by the
+project's one entry point (``sglang_r3.plugin``, registered under SGLang's
+``sglang.srt.plugins`` group), so SGLang calls it in each of its processes,
+with the rollout API to mount (the adapter never imports ``server/``); it is inert (registers nothing, changes no environment)
 unless ``SGLANG_R3_ENABLED=1``. ``sglang_r3.launch_server`` sets it for its own
 children; set by the user, it turns capture on under SGLang's own launchers
 (``python -m sglang.launch_server``, ``http_server.launch_server(ServerArgs)``,
@@ -12,11 +13,13 @@ children; set by the user, it turns capture on under SGLang's own launchers
 from __future__ import annotations
 
 import os
+from typing import Any, Callable, Optional
 
 _installed = set()
 
 
-def plugin() -> None:
+def plugin(routes: Optional[Callable[[], Any]] = None) -> None:
+    """``routes``: returns the rollout API's router, mounted where an HTTP server is launched."""
     # The launcher process installs its own set ("server") before SGLang loads plugins.
     if os.environ.get("SGLANG_R3_ENABLED") != "1" or "server" in _installed:
         return
@@ -26,7 +29,7 @@ def plugin() -> None:
     # or with part of it. Start-up stops instead, saying why.
     try:
         _prepare_cpu_runtime()
-        install(process="child")
+        install(process="child", routes=routes)
     except HookTargetError as err:
         raise SystemExit(str(err)) from None
     except Exception as err:  # noqa: BLE001 -- any failure to install is a refusal to start
@@ -49,10 +52,18 @@ def _prepare_cpu_runtime() -> None:
         activate_cpu_runtime()
 
 
-def install(process: str) -> None:
+def install(process: str, routes: Optional[Callable[[], Any]] = None) -> None:
+    """Every patch this process kind needs. ``routes`` returns the rollout API's router
+    (``server.routes.router``), mounted on SGLang's app by whichever process serves HTTP."""
     if process in _installed:
         return
     _installed.add(process)
+    from sglang_r3 import metrics
+    from sglang_r3.patches import api, http
+
+    metrics.use_probe(api.metrics_enabled)
+    if routes is not None:
+        http.use_routes(routes)
     if os.environ.get("SGLANG_R3_CPU") == "1":
         from sglang_r3.patches.cpu import install_cpu_patches
 
@@ -68,9 +79,7 @@ def install(process: str) -> None:
 
     install_input_guard()
     if process == "server":
-        from sglang_r3.patches.http import install_http_routes
-
-        install_http_routes()
+        http.install_http_routes()
     else:
         from sglang_r3.patches.capture import install_capture_patches
         from sglang_r3.patches.opt_in import install_launch_checks

@@ -17,14 +17,16 @@ Hooks (all through SGLang's HookRegistry, applied when SGLang loads plugins):
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import numpy as np
 
 from sglang_r3.capture import CaptureViolation, RoutingCapturer, encode_payload
 from sglang_r3.capture.capturer import CAPTURE_MODE_CODES
-from sglang_r3.capture.transport import PayloadBytes, RoutingUnavailable
-from sglang_r3.patches.metrics import metrics
+from sglang_r3.capture.payload import PayloadBytes, RoutingUnavailable
+from sglang_r3.metrics import metrics
+from sglang_r3.patches.hooks import register
 from sglang_r3.patches.runtime import capturer as _capturer, layout_of
 from sglang_r3.record import token_digest
 
@@ -42,7 +44,7 @@ def _router_layer_ids(model) -> list:
     return sorted({m.layer_id for m in model.modules() if isinstance(m, TopK)})
 
 
-def init_routed_experts_capturer(original, self, *args, **kwargs):
+def install_our_capturer(original, self, *args, **kwargs):
     from sglang.srt.runtime_context import get_exec
     from sglang.srt.state_capturer.routed_experts import set_global_experts_capturer
 
@@ -145,7 +147,7 @@ def _init_draft_runner(runner) -> None:
     draft_patch.attach_draft_runner(cap, runner, routers, max_tokens=cap.max_tokens)
 
 
-def capture_routed_experts_if_allowed(topk_config, layer_id, topk_ids) -> None:
+def route_topk_to_capturers(topk_config, layer_id, topk_ids) -> None:
     cap = _capturer()
     if cap is None:
         from sglang.srt.state_capturer.routed_experts import get_global_experts_capturer
@@ -159,7 +161,7 @@ def capture_routed_experts_if_allowed(topk_config, layer_id, topk_ids) -> None:
         cap.draft.capture(topk_config, topk_ids)
 
 
-def maybe_collect_routed_experts(original, self, req):
+def collect_request_rows(original, self, req):
     cap = _capturer()
     if cap is None or not req.return_routed_experts:
         return original(self, req)
@@ -168,7 +170,7 @@ def maybe_collect_routed_experts(original, self, req):
     start = min(req.routed_experts_start_len, max(seqlen - 1, 0))
     slots = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx][start : max(seqlen - 1, 0)]
     rows, missing = cap.rows_for_slots(slots)
-    mtp = cap.draft.collect(req.kv.req_pool_idx, seqlen) if cap.draft is not None else None
+    mtp = cap.draft.collect(req.kv.req_pool_idx, seqlen, tokens) if cap.draft is not None else None
     error = None
     if missing:
         # Never hand out a row no target forward wrote: the request gets no rows and says why.
@@ -205,7 +207,7 @@ def _export_counters(cap: RoutingCapturer) -> None:
             _exported[name] = now
 
 
-def get_internal_state(result, self, *args, **kwargs):
+def add_capture_stats(result, self, *args, **kwargs):
     cap = _capturer()
     if cap is not None:
         state = result.internal_state
@@ -232,7 +234,7 @@ def _requests_held(scheduler) -> int:
     return held + len(getattr(scheduler, "waiting_queue", ()))
 
 
-def update_handlers_after(handlers, self, *args, **kwargs):
+def add_capture_mode_knob(handlers, self, *args, **kwargs):
     """Add the ``sglang_r3_capture`` knob to SGLang's /set_internal_state handlers."""
     from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected, _UpdateHandler
 
@@ -250,23 +252,13 @@ def update_handlers_after(handlers, self, *args, **kwargs):
     return handlers
 
 
-_done = False
-
-
+@functools.cache  # once per process, whichever process kinds install it
 def install_capture_patches() -> None:
-    global _done
-    if _done:
-        return
-    _done = True
-    from sglang.srt.plugins.hook_registry import HookType
-
-    from sglang_r3.patches.hooks import register
-
-    register(f"{_MR}.init_routed_experts_capturer", init_routed_experts_capturer, HookType.AROUND)
-    register(f"{_TOPK_MOD}.capture_routed_experts_if_allowed", capture_routed_experts_if_allowed, HookType.REPLACE)
-    register(f"{_BRP}._maybe_collect_routed_experts", maybe_collect_routed_experts, HookType.AROUND)
-    register(f"{_ISC}.get_internal_state", get_internal_state, HookType.AFTER)
-    register(f"{_ISC}._update_handlers", update_handlers_after, HookType.AFTER)
+    register(f"{_MR}.init_routed_experts_capturer", install_our_capturer, "around")
+    register(f"{_TOPK_MOD}.capture_routed_experts_if_allowed", route_topk_to_capturers, "replace")
+    register(f"{_BRP}._maybe_collect_routed_experts", collect_request_rows, "around")
+    register(f"{_ISC}.get_internal_state", add_capture_stats, "after")
+    register(f"{_ISC}._update_handlers", add_capture_mode_knob, "after")
 
     from sglang_r3.patches.draft import install_draft_patches
 

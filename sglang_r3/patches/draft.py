@@ -9,6 +9,14 @@
   accepted or rejected from the verify's ``accept_lens``.
 * ``ReqToTokenPool.free_rows`` drops draft entries of a freed request slot (finished requests
   were collected before; aborted and retracted ones never are).
+
+Multi-layer MTP (``MultiLayerEagleWorkerV2``, SGLang's choice for Step-3.5): one draft ModelRunner per
+draft step, runner ``i`` (``draft_model_idx``) holding MTP layer ``i + 1``, and no draft-decode forwards:
+each round is the verify, then one draft-extend forward per depth over the verified window, whose last
+rows draft the next round. Every runner's forward is guarded and filed as its depth (``chain``: steps
+per row, ``capture/draft.py``); ``MultiLayerEagleWorkerV2.forward_batch_generation`` resolves, with its
+verify's ``accept_lens``, the drafts filed before it (those filed by its own draft-extend wait for the
+next verify); a prefill chunk drops the unresolved drafts of the chunk before it (never verified).
 """
 
 from __future__ import annotations
@@ -19,11 +27,13 @@ import logging
 import torch
 
 from sglang_r3.capture.draft import MTP_WANTED_KEY, DraftCapturer
+from sglang_r3.patches.hooks import check_instance, register
 from sglang_r3.patches.runtime import capturer as _capturer
 
 logger = logging.getLogger(__name__)
 
 _EAGLE = "sglang.srt.speculative.eagle_worker_v2"
+_ML_EAGLE = "sglang.srt.speculative.multi_layer_eagle_worker_v2"
 _POOL = "sglang.srt.mem_cache.memory_pool.ReqToTokenPool"
 
 # Draft-decode forward counter within the current EagleDraftWorker.draft() call.
@@ -31,6 +41,9 @@ _draft_step: contextvars.ContextVar = contextvars.ContextVar("sglang_r3_draft_st
 
 
 def attach_draft_runner(cap, runner, routers, max_tokens: int) -> None:
+    if getattr(runner, "draft_model_idx", None) is not None:  # multi-layer EAGLE: one runner per depth
+        _attach_multi_layer_runner(cap, runner, routers, int(runner.draft_model_idx), max_tokens)
+        return
     layer_ids = sorted({m.layer_id for m in routers})
     depth_of_layer = {lid: d + 1 for d, lid in enumerate(layer_ids)}
     if len(layer_ids) > max(1, cap.layout.num_mtp_layers):
@@ -44,11 +57,16 @@ def attach_draft_runner(cap, runner, routers, max_tokens: int) -> None:
         dtype=cap.dtype,
         max_tokens=max_tokens,
         device=cap.device,
-        # Only requests that asked for the MTP section (marked by server/routes.py) get entries filed.
+        # Only requests that asked for the MTP section (marked by server/request.py) get entries filed.
         per_request=True,
     )
-    from sglang_r3.patches.hooks import check_instance
+    _guard_draft_forward(cap, runner, _file_forward)
+    logger.info("sglang-r3 draft capture: %d MTP router(s) at draft layer ids %s", len(routers), layer_ids)
 
+
+def _guard_draft_forward(cap, runner, file_forward) -> None:
+    """The draft runner's forward, on this one live runner: inside the draft guard (a main write from it
+    raises), then its staged routing filed by ``file_forward``."""
     original_forward = runner.forward
     check_instance("sglang.srt.model_executor.model_runner.ModelRunner.forward", original_forward)
 
@@ -58,11 +76,83 @@ def attach_draft_runner(cap, runner, routers, max_tokens: int) -> None:
             out = original_forward(forward_batch, *args, **kwargs)
         finally:
             cap.exit_draft_forward()
-        _file_forward(cap.draft, forward_batch, bool(getattr(out, "can_run_graph", False)))
+        file_forward(cap.draft, forward_batch, bool(getattr(out, "can_run_graph", False)))
         return out
 
     runner.forward = forward
-    logger.info("sglang-r3 draft capture: %d MTP router(s) at draft layer ids %s", len(routers), layer_ids)
+
+
+def _attach_multi_layer_runner(cap, runner, routers, idx: int, max_tokens: int) -> None:
+    depth = idx + 1
+    mtp = cap.layout.mtp_layers
+    if depth > len(mtp):
+        raise RuntimeError(
+            f"sglang-r3: multi-layer EAGLE draft runner {idx} runs MTP depth {depth}, but the layout declares "
+            f"{len(mtp)} MTP layer(s)"
+        )
+    if bool(routers) != mtp[depth - 1].has_router:
+        raise RuntimeError(
+            f"sglang-r3: multi-layer EAGLE draft runner {idx} has {len(routers)} MoE router(s), but the layout "
+            f"says MTP layer {mtp[depth - 1].id} (depth {depth}) is {'MoE' if mtp[depth - 1].has_router else 'dense'}"
+        )
+    if idx == 0 or cap.draft is None:
+        if idx != 0 or cap.draft is not None:
+            raise RuntimeError(f"sglang-r3: multi-layer EAGLE draft runners attached out of order (runner {idx})")
+        cap.draft = DraftCapturer(
+            {},
+            topk=cap.topk,
+            dtype=cap.dtype,
+            max_tokens=max_tokens,
+            device=cap.device,
+            per_request=True,
+            num_depths=len(mtp),
+            chain=True,
+        )
+    cap.draft.add_routers({id(m.topk_config): depth for m in routers})
+    _guard_draft_forward(cap, runner, _file_chain_forward)
+    logger.info("sglang-r3 draft capture: multi-layer MTP depth %d, %d router(s)", depth, len(routers))
+
+
+def _file_chain_forward(draft: DraftCapturer, fb, graph_replay: bool) -> None:
+    mode = fb.forward_mode
+    cap = _capturer()
+    if mode.is_idle() or not (cap is not None and cap.capture_mtp) or not draft.has_staged(graph_replay):
+        draft.drop_staged()
+        return
+    if getattr(fb.spec_info, "num_front_tokens", 0):
+        # The boundary-KV window (SGLANG_ENABLE_MTP_BOUNDARY_KV_FIX) puts front rows before the verified
+        # window; refused at start-up (patches/startup_checks.py), so this is never reached.
+        raise RuntimeError("sglang-r3: multi-layer MTP draft-extend with boundary-KV front rows is not captured")
+    pool = fb.req_pool_indices.tolist()
+    lens = getattr(fb, "extend_seq_lens_cpu", None)
+    rows = list(lens) if lens is not None else fb.extend_seq_lens.tolist()
+    accept = getattr(fb.spec_info, "num_accept_tokens", None)
+    # After a verify every request has num_draft_tokens rows; its accepted tokens (bonus included) are
+    # the verified window. After a prefill the whole chunk is.
+    valid = accept.tolist() if isinstance(accept, torch.Tensor) else rows
+    draft.file_forward(pool, rows, valid, fb.positions, fb.input_ids, 0, graph_replay=graph_replay)
+
+
+def resolve_multi_layer_drafts(original, self, batch, *args, **kwargs):
+    cap = _capturer()
+    draft = cap.draft if cap is not None else None
+    if draft is None or not draft.chain:
+        return original(self, batch, *args, **kwargs)
+    if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+        # A prefill (chunk): drafts filed by an earlier chunk of these requests were never verified.
+        if draft.has_pending():
+            draft.drop_pending(batch.req_pool_indices.tolist())
+        return original(self, batch, *args, **kwargs)
+    # This call's verify resolves the drafts filed before it; its own draft-extend files the next round's.
+    held = draft.take_pending()
+    result = original(self, batch, *args, **kwargs)
+    accept = getattr(result, "accept_lens", None)
+    if held and accept is not None:
+        # accept_lens counts the bonus token the target adds after the accepted drafts.
+        draft.resolve_round(batch.req_pool_indices.tolist(), (accept.to("cpu") - 1).tolist(), pending=held)
+    else:
+        draft.round += 1  # nothing of an earlier round to resolve (no request asked for the MTP section)
+    return result
 
 
 def _file_forward(draft: DraftCapturer, fb, graph_replay: bool) -> None:
@@ -90,7 +180,7 @@ def _file_forward(draft: DraftCapturer, fb, graph_replay: bool) -> None:
     draft.file_forward(pool, rows, valid, fb.positions, fb.input_ids, step, graph_replay=graph_replay)
 
 
-def draft_around(original, self, batch, *args, **kwargs):
+def guard_and_number_draft_steps(original, self, batch, *args, **kwargs):
     token = _draft_step.set([0])
     try:
         return original(self, batch, *args, **kwargs)
@@ -98,7 +188,7 @@ def draft_around(original, self, batch, *args, **kwargs):
         _draft_step.reset(token)
 
 
-def forward_batch_generation_after(result, self, batch, *args, **kwargs):
+def resolve_drafts_with_accept_lens(result, self, batch, *args, **kwargs):
     cap = _capturer()
     accept = getattr(result, "accept_lens", None)
     if cap is None or cap.draft is None or accept is None or batch.forward_mode.is_extend():
@@ -112,7 +202,7 @@ def forward_batch_generation_after(result, self, batch, *args, **kwargs):
     return result
 
 
-def free_rows_after(result, self, indices, *args, **kwargs):
+def drop_drafts_of_freed_rows(result, self, indices, *args, **kwargs):
     # A finished request was collected before its row is freed; an aborted or retracted one never
     # is, and its draft entries must not outlive it (nor reach the row's next request).
     cap = _capturer()
@@ -121,7 +211,7 @@ def free_rows_after(result, self, indices, *args, **kwargs):
     return result
 
 
-def alloc_after(result, self, reqs, *args, **kwargs):
+def start_rows_without_drafts(result, self, reqs, *args, **kwargs):
     # A request gets its row here (again after a retraction): note whether it asked for the MTP section.
     cap = _capturer()
     if cap is not None and cap.draft is not None and result is not None:
@@ -131,14 +221,9 @@ def alloc_after(result, self, reqs, *args, **kwargs):
     return result
 
 
-def install_draft_patches() -> None:
-    from sglang.srt.plugins.hook_registry import HookType
-
-    from sglang_r3.patches.hooks import register
-
-    register(f"{_EAGLE}.EagleDraftWorker.draft", draft_around, HookType.AROUND)
-    register(
-        f"{_EAGLE}.EAGLEWorkerV2.forward_batch_generation", forward_batch_generation_after, HookType.AFTER
-    )
-    register(f"{_POOL}.free_rows", free_rows_after, HookType.AFTER)
-    register(f"{_POOL}.alloc", alloc_after, HookType.AFTER)
+def install_draft_patches() -> None:  # called once, by install_capture_patches
+    register(f"{_EAGLE}.EagleDraftWorker.draft", guard_and_number_draft_steps, "around")
+    register(f"{_EAGLE}.EAGLEWorkerV2.forward_batch_generation", resolve_drafts_with_accept_lens, "after")
+    register(f"{_ML_EAGLE}.MultiLayerEagleWorkerV2.forward_batch_generation", resolve_multi_layer_drafts, "around")
+    register(f"{_POOL}.free_rows", drop_drafts_of_freed_rows, "after")
+    register(f"{_POOL}.alloc", start_rows_without_drafts, "after")

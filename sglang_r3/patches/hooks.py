@@ -13,9 +13,9 @@ checks, after SGLang applied the hooks, that each registered target really was p
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from typing import Any, Callable, List, Tuple
+
+from sglang_r3.patches.resolve import describe_error, resolve
 
 _registered: List[str] = []
 _missing: List[Tuple[str, str]] = []  # (target, why it did not resolve)
@@ -34,37 +34,13 @@ class HookTargetError(RuntimeError):
         super().__init__("\n".join(lines))
 
 
-def resolve(target: str) -> Any:
-    """The object ``target`` names. Each package on the path is imported for real, so a module that
-    exists but fails to import raises its own error instead of looking like a missing attribute."""
-    parts = target.split(".")
-    obj = importlib.import_module(parts[0])
-    name, i = parts[0], 1
-    while i < len(parts) and hasattr(obj, "__path__"):  # a package: the next part may be a submodule
-        sub = f"{name}.{parts[i]}"
-        if importlib.util.find_spec(sub) is None:
-            break
-        obj = importlib.import_module(sub)
-        name, i = sub, i + 1
-    for p in parts[i:]:
-        obj = getattr(obj, p)
-    return obj
-
-
-def describe_error(exc: BaseException) -> str:
-    # sgl-kernel's ImportError runs to 20 lines; its first non-empty one says what failed.
-    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-    detail = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-    for line in str(exc).splitlines():  # sgl-kernel puts the underlying loader error at the end
-        if "libcuda" in line and line.strip() != first:
-            detail += f" ({line.strip().lstrip('- ')})"
-            break
-    return detail
-
-
 def register(target: str, hook: Callable, hook_type: Any) -> bool:
-    """Register ``hook`` on ``target`` with SGLang's HookRegistry, or record why ``target`` is missing."""
-    from sglang.srt.plugins.hook_registry import HookRegistry
+    """Register ``hook`` on ``target`` with SGLang's HookRegistry, or record why ``target`` is missing.
+    ``hook_type``: SGLang's ``HookType`` or its name (``"around"``, ``"before"``, ``"after"``, ``"replace"``)."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    if isinstance(hook_type, str):
+        hook_type = HookType[hook_type.upper()]
 
     from sglang_r3.patches.manifest import problem
 

@@ -1,18 +1,34 @@
-"""Mount the rollout API (``server.routes``) on SGLang 0.5.23's FastAPI app.
+"""Mount the rollout API on SGLang 0.5.23's FastAPI app.
 
 Our ``/generate`` must win over SGLang's, so SGLang's route is removed and
-ours inserted at the same place; every other SGLang route stays as it is.
+ours inserted at the same place; every other SGLang route stays as it is. The
+router is handed in by the entry points (``use_routes``: our launcher and the
+plugin entry point, ``sglang_r3.plugin``): the adapter never imports the server
+that sits on top of it.
 """
 
 from __future__ import annotations
 
 
-def install_http_routes() -> None:
-    from sglang.srt.entrypoints import http_server
+from typing import Any, Callable, Optional
 
-    from server.routes import router
+_routes: Optional[Callable[[], Any]] = None
 
-    app = http_server.app
+
+def use_routes(routes: Callable[[], Any]) -> None:
+    """``routes()`` returns the router to mount (called only when an HTTP server is launched)."""
+    global _routes
+    _routes = routes
+
+
+def install_http_routes(router: Any = None) -> None:
+    from sglang_r3.patches import api
+
+    if router is None:
+        if _routes is None:
+            raise RuntimeError("sglang-r3: no rollout API was handed to the adapter (patches.http.use_routes)")
+        router = _routes()
+    app = api.app()
     paths = {r.path for r in router.routes}
     routes = app.router.routes
     # Where SGLang's first replaced route stood: Starlette matches routes in order, and /generate appended

@@ -32,12 +32,15 @@ vocabulary (``tokenizer_max_id``).
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import re
 from typing import Any, Optional
 
 import numpy as np
+
+from sglang_r3.patches.hooks import register
 
 _TM = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
 _GRI = "sglang.srt.managers.io_struct.GenerateReqInput"
@@ -328,7 +331,7 @@ def _check_prompt(obj: Any, input_ids: Any, vocab_size: int, from_tokenizer: boo
         check_token_ids(input_ids, _name("input_ids", obj), vocab_size)
 
 
-def validate_one_request(original, self, obj, input_ids, *args, **kwargs):
+def refuse_hostile_fields(original, self, obj, input_ids, *args, **kwargs):
     from sglang.srt.managers.io_struct import GenerateReqInput
 
     vocab_size = int(self.model_config.vocab_size)
@@ -521,7 +524,7 @@ def _check_batch_shape(obj) -> None:
             raise ValueError("sampling_params must be an object (not a list) for a single prompt")
 
 
-def normalize_batch_and_arguments(original, self, *args, **kwargs):
+def check_shared_sampling_params_once(original, self, *args, **kwargs):
     # Before anything else in generate_request reads the request (its state is made next).
     _check_internal_fields(self)
     _check_batch_shape(self)
@@ -531,7 +534,7 @@ def normalize_batch_and_arguments(original, self, *args, **kwargs):
         raise ValueError(f"malformed request: {type(e).__name__}: {e}") from None
 
 
-def getitem(original, self, i):
+def keep_batch_index(original, self, i):
     try:
         sub = original(self, i)
     except (TypeError, IndexError, KeyError, AttributeError) as e:
@@ -547,18 +550,8 @@ def getitem(original, self, i):
     return sub
 
 
-_done = False
-
-
+@functools.cache  # once per process, whichever process kinds install it
 def install_input_guard() -> None:
-    global _done
-    if _done:
-        return
-    _done = True
-    from sglang.srt.plugins.hook_registry import HookType
-
-    from sglang_r3.patches.hooks import register
-
-    register(f"{_TM}._validate_one_request", validate_one_request, HookType.AROUND)
-    register(f"{_GRI}.normalize_batch_and_arguments", normalize_batch_and_arguments, HookType.AROUND)
-    register(f"{_GRI}.__getitem__", getitem, HookType.AROUND)
+    register(f"{_TM}._validate_one_request", refuse_hostile_fields, "around")
+    register(f"{_GRI}.normalize_batch_and_arguments", check_shared_sampling_params_once, "around")
+    register(f"{_GRI}.__getitem__", keep_batch_index, "around")

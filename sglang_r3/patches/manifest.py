@@ -66,12 +66,18 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch(f"{_EAGLE}.EAGLEWorkerV2.forward_batch_generation", "hook:after",
           "accept lengths after the verify: draft entries marked accepted or rejected",
           "(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None)"),
+    Touch("sglang.srt.speculative.multi_layer_eagle_worker_v2.MultiLayerEagleWorkerV2.forward_batch_generation",
+          "hook:around",
+          "multi-layer MTP: the verify's accept lengths resolve the drafts filed before it (its own draft-extend "
+          "files the next round's); a prefill chunk drops its requests' unverified drafts",
+          "(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None)"),
     Touch(f"{_POOL}.ReqToTokenPool.free_rows", "hook:after",
           "draft entries of a freed request row are dropped", "(self, indices)"),
     Touch(f"{_POOL}.ReqToTokenPool.alloc", "hook:after",
           "a new request row starts with no draft entries and its MTP wish", "(self, reqs)"),
     Touch(f"{_MR}.forward", "instance",
-          "the draft runner's forward is wrapped in the draft guard (main writes from it raise)",
+          "the draft runner's forward (each multi-layer MTP runner's too) is wrapped in the draft guard (main "
+          "writes from it raise) and files its draft routing",
           "(self, forward_batch, skip_attn_backend_init=None, pp_proxy_tensors=None, "
           "reinit_attn_backend=False, split_forward_count=1)"),
     # -- requests and responses (patches/input_guard.py, patches/responses.py) -----------------------
@@ -91,11 +97,20 @@ MANIFEST: Tuple[Touch, ...] = (
           "start-up refusals before SGLang's own checks", "(self)"),
     Touch("sglang.srt.server_args.prepare_server_args", "uses", "our launcher resolves argv as SGLang's does",
           "(argv)"),
+    # -- starting SGLang (patches/api.py for launch_server.py, engine.py) ---------------------------------
+    Touch("sglang.srt.plugins.load_plugins", "uses", "our launcher loads plugins before resolving argv", "()"),
+    Touch("sglang.launch_server.run_server", "uses", "our launcher runs SGLang's own server", "(server_args)"),
+    Touch("sglang.srt.utils.kill_process_tree", "uses", "clean-up after the server returns, as SGLang's launcher",
+          "(parent_pid, include_parent=True, skip_pid=None, wait_timeout=60)"),
+    Touch("sglang.srt.entrypoints.engine.Engine", "uses", "sglang_r3.engine.Engine builds SGLang's in-process engine",
+          "(**kwargs)"),
+    Touch("sglang.srt.runtime_context.get_observability", "uses",
+          "whether this process serves /metrics (the probe sglang_r3.metrics asks)", "()"),
     Touch("sglang.srt.plugins.hook_registry.HookRegistry", "uses",
           "registers every hook; its private _patched set tells which were applied"),
     Touch("sglang.srt.plugins.hook_registry._current_plugin_source", "uses",
           "private: whether hooks are being collected inside load_plugins (apply now or later)"),
-    # -- HTTP (patches/http.py, server/routes.py) ---------------------------------------------------------
+    # -- HTTP (patches/http.py; patches/api.py for server/) -----------------------------------------------
     Touch("sglang.srt.entrypoints.http_server.app", "route",
           "our /generate takes the place of SGLang's in the app's route list; /routing/* added"),
     Touch("sglang.srt.entrypoints.http_server.get_global_state", "uses", "the TokenizerManager of the app", "()"),
@@ -104,6 +119,7 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.entrypoints.api_contract.generate_contract_error", "uses",
           "SGLang's /generate body contract, applied before ours", "(body)"),
     Touch("sglang.srt.utils.auth.auth_level", "uses", "admin auth for /routing/capture", "(level)"),
+    Touch("sglang.srt.utils.auth.AuthLevel", "uses", "ADMIN_OPTIONAL: the level of /routing/capture"),
     Touch("sglang.srt.managers.io_struct.GenerateReqInput", "uses", "our /generate builds SGLang's request object"),
     Touch("sglang.srt.managers.io_struct.SetInternalStateReq", "uses", "POST /routing/capture sets the capture knob"),
     Touch("sglang.srt.utils.json_response.orjson_response", "uses", "JSON responses as SGLang writes them"),
@@ -154,7 +170,7 @@ def problem(target: str, obj: Any, kind: Optional[str] = None) -> Optional[str]:
 
 def check(entries: Tuple[Touch, ...] = MANIFEST) -> List[Tuple[str, str]]:
     """(target, why) for every entry that is missing or changed in the installed SGLang."""
-    from sglang_r3.patches.hooks import describe_error, resolve
+    from sglang_r3.patches.resolve import describe_error, resolve
 
     out = []
     for e in entries:
@@ -168,7 +184,21 @@ def check(entries: Tuple[Touch, ...] = MANIFEST) -> List[Tuple[str, str]]:
     return out
 
 
-def main() -> int:
+def markdown() -> str:
+    """The manifest as the table in docs/architecture.md (``--markdown``; a test keeps the two equal)."""
+    lines = ["| target | kind | why | signature written against |", "|---|---|---|---|"]
+    for e in MANIFEST:
+        sig = f"`{e.signature}`" if e.signature else ""
+        lines.append(f"| `{e.target}` | {e.kind} | {e.why} | {sig} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    import sys
+
+    if "--markdown" in (sys.argv[1:] if argv is None else argv):
+        print(markdown(), end="")
+        return 0
     from sglang_r3.cpu import activate_cpu_runtime, has_gpu
 
     if not has_gpu():  # sgl-kernel's modules need the libcuda stand-in to import on a CPU host

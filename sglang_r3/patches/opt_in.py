@@ -22,10 +22,13 @@ refused ``sglang.Engine(...)`` raises the error to its caller.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass
 from typing import List, Sequence
+
+from sglang_r3.patches.hooks import register
 
 ENABLE_ENV = "SGLANG_R3_ENABLED"
 DEFAULT_ROUTING_ENV = "SGLANG_R3_DEFAULT_ROUTING"
@@ -147,7 +150,7 @@ def _refuse(err: Exception) -> None:
     raise err
 
 
-def resolve_once_around(original, self, *args, **kwargs):
+def refuse_unsupported_once_resolved(original, self, *args, **kwargs):
     if getattr(self, "_resolution_finished", False) or id(self) in _checking:
         return original(self, *args, **kwargs)
     from sglang_r3.patches.startup_checks import UnsupportedConfigError, check_supported
@@ -167,7 +170,7 @@ def resolve_once_around(original, self, *args, **kwargs):
     return None
 
 
-def check_server_args_before(self, *args, **kwargs):
+def refuse_unsupported_before_sglangs_checks(self, *args, **kwargs):
     from sglang.srt.arg_groups.overrides import resolving_view
 
     from sglang_r3.patches.hooks import HookTargetError, verify_applied
@@ -188,17 +191,7 @@ def check_server_args_before(self, *args, **kwargs):
     return None
 
 
-_done = False
-
-
+@functools.cache  # once per process, whichever process kinds install it
 def install_launch_checks() -> None:
-    global _done
-    if _done:
-        return
-    _done = True
-    from sglang.srt.plugins.hook_registry import HookType
-
-    from sglang_r3.patches.hooks import register
-
-    register(f"{_SA}.resolve_once", resolve_once_around, HookType.AROUND)
-    register(f"{_SA}.check_server_args", check_server_args_before, HookType.BEFORE)
+    register(f"{_SA}.resolve_once", refuse_unsupported_once_resolved, "around")
+    register(f"{_SA}.check_server_args", refuse_unsupported_before_sglangs_checks, "before")

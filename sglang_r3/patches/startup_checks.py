@@ -335,11 +335,71 @@ def _speculative(cfg, names, *, resolved) -> Rule:
             yield _Hit("device", cfg.device, (
                 f"this out-of-tree platform replaces EAGLEWorkerV2 with {worker}, which sglang-r3 does not hook"
             ))
-    if cfg.enable_multi_layer_eagle and algo is not None:
-        yield _Hit("enable_multi_layer_eagle", None, (
-            "multi-layer EAGLE runs in MultiLayerEagleWorkerV2, which sglang-r3 does not hook (draft steps "
-            "and accept resolution would go untracked)"
-        ))
+    if cfg.enable_multi_layer_eagle and algo is not None and resolved:
+        # Checked on the resolved view only: SGLang turns it on by itself for the models that need it, and
+        # whether we serve it depends on the model (its layout) and the resolved draft settings.
+        yield from _multi_layer_eagle(cfg)
+
+
+# Multi-layer EAGLE (MultiLayerEagleWorkerV2) is captured for these architectures only: the ones whose
+# layout rule, draft runners and chained draft-extend rows were proven against a spec-off server
+# (tests/test_multi_layer_mtp.py).
+_MULTI_LAYER_MTP_ARCHITECTURES = ("Step3p5ForCausalLM",)
+
+
+def _multi_layer_eagle(cfg) -> Rule:
+    def refuse(why: str, field: str = "enable_multi_layer_eagle", value: Any = None, also: str = "") -> _Hit:
+        return _Hit(field, value, "multi-layer EAGLE (MultiLayerEagleWorkerV2): " + why, also)
+
+    try:
+        from sglang.srt.arg_groups.model_override_base import model_config_of
+
+        from sglang_r3.layout import LayoutError, layout_from_hf_config
+
+        hf_config = model_config_of(cfg).hf_config
+        arch = (getattr(hf_config, "architectures", None) or [""])[0]
+        layout = layout_from_hf_config(hf_config)
+    except LayoutError as e:
+        yield refuse(f"the model has no layout sglang-r3 can describe ({e})")
+        return
+    except Exception as e:  # noqa: BLE001 -- the config did not load; say so rather than guess
+        yield refuse(f"the model config could not be read to check its MTP layers ({type(e).__name__}: {e})")
+        return
+    if arch not in _MULTI_LAYER_MTP_ARCHITECTURES:
+        yield refuse(
+            f"captured only for {', '.join(_MULTI_LAYER_MTP_ARCHITECTURES)}, not {arch!r} (its draft runners "
+            "and chained draft-extend rows are not proven)"
+        )
+        return
+    if cfg.speculative_eagle_topk not in (None, 1):
+        yield refuse(
+            "the chained draft-extend rows are tagged for chain drafting (one token per step) only",
+            "speculative_eagle_topk", cfg.speculative_eagle_topk,
+        )
+    steps = cfg.speculative_num_steps
+    if steps is not None and steps > layout.num_mtp_layers:
+        yield refuse(
+            f"draft step i runs MTP layer i + 1, but the model has {layout.num_mtp_layers} MTP layer(s)",
+            "speculative_num_steps", steps,
+        )
+    # SGLANG_ENABLE_MTP_BOUNDARY_KV_FIX (on by default) widens the draft-extend window only for hybrid
+    # (mamba) request pools, which Step-3.5 does not have; a widened window stops the scheduler
+    # (patches/draft.py) rather than be filed.
+    if cfg.device != "cpu" and not cfg.disable_cuda_graph and not _env_flag("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"):
+        yield refuse(
+            "its draft-extend CUDA graphs replay outside ModelRunner.forward, where MTP-draft routing is filed; "
+            "set SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH=1 (or --disable-cuda-graph)",
+            also=" with CUDA graphs on",
+        )
+
+
+def _env_flag(name: str) -> bool:
+    from sglang.srt.environ import envs
+
+    var = getattr(envs, name, None)
+    if var is not None:
+        return bool(var.get())
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _platform_worker(algo: str) -> Optional[str]:

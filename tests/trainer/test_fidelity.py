@@ -1,30 +1,32 @@
 """Replay fidelity on real rollouts: SGLang's captured routing against the converted model's own routing.
 
 Oracle: the fp32 SGLang server (``nospec_server``) serving the embedded checkpoint; the trainer side
-is the same checkpoint in Megatron (``sglang_r3.trainer.convert``) with its routers recording
-(RouterReplay RECORD), i.e. R3 off.
+is the same checkpoint in Megatron (``sglang_r3.trainer.convert``), R3 off, and what each of megatron-core's
+own ``TopKRouter``s chose is read by a forward hook on it (its ``routing_map``), not through the filler.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
 
-from megatron_cpu import converted_embedded_model, forward_loss
+from megatron_cpu import RouterSpy, converted_embedded_model, forward_loss
 from sglang_r3.client import RoutingClient
 from sglang_r3.trainer import (
     ReplayError,
     ReplayFiller,
     fidelity_report,
     logprob_drift,
-    merge_reports,
     mtp_draft_agreement,
     topk_set_agreement,
 )
+
+pytestmark = pytest.mark.fast
 
 torch.set_num_threads(1)
 
@@ -71,37 +73,36 @@ def served(nospec_server, glm_layout):
         return client.generate(input_ids=PROMPTS, sampling_params={"max_new_tokens": 8, "temperature": 1.0})
 
 
-def _recorded_per_sample(model, filler, results):
-    """The converted model's own routing of each served sample (R3 off), one forward per sample."""
-    out = []
-    for r in results:
-        filler.record()
+_DECODER_ROUTER = re.compile(r"decoder\.layers\.(\d+)\.mlp\.router")
+
+
+def _megatron_choices(model, tokens) -> dict:
+    """{decoder layer: [tokens, topk] sorted expert ids} as megatron-core's own routers chose them in one
+    forward of ``tokens`` (forward hooks on each ``TopKRouter``; no replay set)."""
+    spy = RouterSpy(model)
+    try:
         with torch.no_grad():
-            forward_loss(model, torch.tensor(r.tokens), train=False)
-        out.append(filler.recorded())
-        filler.clear()
-    return out
+            forward_loss(model, torch.as_tensor(tokens), train=False)
+    finally:
+        spy.close()
+    return {int(m.group(1)): spy.chosen(path) for path in spy.seen if (m := _DECODER_ROUTER.fullmatch(path))}
 
 
 def test_converted_model_routes_every_real_record_row_as_sglang_did(served, glm_layout):
     model = converted_embedded_model()
-    filler = ReplayFiller(model, glm_layout, weight_version=served[0].weight_version)
-    recorded = _recorded_per_sample(model, filler, served)
-    report = merge_reports(
-        fidelity_report([r.record], [r.tokens], rec, glm_layout, weight_version=r.weight_version)
-        for r, rec in zip(served, recorded)
-    )
-    rows = sum(r.record.num_tokens for r in served)
-    assert report.num_tokens == rows and [l.tokens for l in report.layers] == [rows] * 3
-    assert report.per_layer == {1: 1.0, 2: 1.0, 3: 1.0}
-    assert report.flip_rate == 0.0 and report.tokens_flipped == 0
+    for r in served:
+        chosen = _megatron_choices(model, r.tokens)
+        assert sorted(chosen) == list(glm_layout.moe_layer_ids) == list(r.record.layers)
+        for col, layer in enumerate(r.record.layers):
+            # row t: the experts for token t (the last token has no row)
+            mine = chosen[layer][: r.record.num_tokens].numpy()
+            assert np.array_equal(mine, np.sort(r.record.experts[:, col, :], axis=1)), (layer, r.tokens)
 
 
 def test_fidelity_counts_each_row_where_the_rollout_routed_differently(served, glm_layout):
     model = converted_embedded_model()
-    filler = ReplayFiller(model, glm_layout)
-    recorded = _recorded_per_sample(model, filler, served[:1])[0]
     r = served[0]
+    recorded = _megatron_choices(model, r.tokens)
     # Three rows of layer 2 as if the rollout had routed them elsewhere (the complement of the real set).
     e = r.record.experts.copy()
     for row in (0, 2, 4):
@@ -114,27 +115,22 @@ def test_fidelity_counts_each_row_where_the_rollout_routed_differently(served, g
     assert report.metrics()["r3/topk_agree_layer_2"] == pytest.approx((n - 3) / n)
 
 
-def test_replay_then_record_agrees_fully(gpt_mtp1, glm_layout):
-    """Routing replayed from a record is exactly what the router uses (fidelity 1 under replay)."""
+def test_megatron_routers_choose_exactly_the_replayed_records_rows(gpt_mtp1, glm_layout):
+    """Routing replayed from records is what megatron-core's routers output (their routing_map), row by row."""
     from replay_helpers import synthetic_batch
 
     lengths = [5, 7]
     records, samples = synthetic_batch(glm_layout, lengths, seed=11)
     filler = ReplayFiller(gpt_mtp1, glm_layout)
     filler.fill(records, samples)
-    spy_rows = {}
-    hooks = [
-        s.router.register_forward_hook(
-            lambda m, a, o, lid=s.layer_id: spy_rows.__setitem__(lid, torch.nonzero(o[1])[:, 1].reshape(-1, 4))
-        )
-        for s in filler.decoder_sites
-    ]
     try:
-        with torch.no_grad():
-            forward_loss(gpt_mtp1, torch.cat(samples), train=False)
+        chosen = _megatron_choices(gpt_mtp1, torch.cat(samples))
     finally:
-        for h in hooks:
-            h.remove()
         filler.clear()
-    report = fidelity_report(records, samples, spy_rows, glm_layout)
-    assert report.overall == 1.0 and report.tokens_flipped == 0
+    assert sorted(chosen) == list(glm_layout.moe_layer_ids)
+    at = 0
+    for rec, T in zip(records, lengths):
+        for col, layer in enumerate(rec.layers):
+            mine = chosen[layer][at:at + T - 1].numpy()
+            assert np.array_equal(mine, np.sort(rec.experts[:, col, :], axis=1)), (layer, at)
+        at += T

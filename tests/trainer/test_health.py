@@ -22,6 +22,8 @@ from sglang_r3.record import RoutingRecord, token_digest
 from sglang_r3.trainer import ReplayError, ReplayFiller, pack_rows
 from sglang_r3.trainer.health import HealthBook, measure_router, measured_compute_topk
 
+pytestmark = pytest.mark.fast
+
 torch.set_num_threads(1)
 
 LENGTHS = [7, 9, 5]  # three samples packed into one microbatch of 21 tokens

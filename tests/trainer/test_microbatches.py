@@ -15,6 +15,8 @@ from replay_helpers import synthetic_batch
 from sglang_r3.record import RecordError
 from sglang_r3.trainer import ReplayError, ReplayFiller, pack_rows
 
+pytestmark = pytest.mark.fast
+
 torch.set_num_threads(1)
 
 LENGTHS = [[5, 7], [9], [4, 3, 6]]  # three microbatches of different sizes

@@ -8,6 +8,8 @@ from replay_helpers import replace_layer, with_mtp
 from sglang_r3.layout import ROLE_DENSE, ROLE_MOE, LayerInfo, ModelLayout
 from sglang_r3.trainer import ModelMismatchError, ReplayFiller, find_routers
 
+pytestmark = pytest.mark.fast
+
 
 def _layout(base: ModelLayout, layers, num_hidden_layers=None, arch=None) -> ModelLayout:
     return ModelLayout(arch or base.architecture, num_hidden_layers or base.num_hidden_layers, tuple(layers))

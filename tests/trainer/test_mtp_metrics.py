@@ -9,6 +9,8 @@ from replay_helpers import synthetic_batch
 from megatron_cpu import forward_loss
 from sglang_r3.trainer import ReplayFiller, mtp_loss_metrics
 
+pytestmark = pytest.mark.fast
+
 LENGTHS = [9, 7]
 
 

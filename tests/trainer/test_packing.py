@@ -9,6 +9,8 @@ import torch.nn.functional as F
 
 from sglang_r3.trainer import TokenLayout, pack_rows
 
+pytestmark = pytest.mark.fast
+
 E = 16
 
 

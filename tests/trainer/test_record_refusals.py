@@ -10,8 +10,10 @@ import torch
 
 from replay_helpers import synthetic_batch, synthetic_record, synthetic_sample, synthetic_tokens
 from sglang_r3.layout import ModelLayout
-from sglang_r3.record import RecordError, RoutingRecord
+from sglang_r3.record import RecordError, RoutingRecord, token_digest
 from sglang_r3.trainer import ReplayFiller, check_record, check_records
+
+pytestmark = pytest.mark.fast
 
 
 def _other_model(layout: ModelLayout) -> ModelLayout:
@@ -217,20 +219,38 @@ def test_a_valid_batch_still_fills(gpt_mtp1, glm_layout):
         filler.clear()
 
 
-@pytest.mark.parametrize("row, layer", [(0, 1), (3, 2), (7, 3)])
-def test_a_repeated_id_is_found_in_any_block_of_the_check(glm_layout, monkeypatch, row, layer):
-    # 8 rows x 3 layers = 24 (token, layer) groups in blocks of 7: the last block is partial.
-    from sglang_r3.trainer import validate
+# A 100k-token sample: longer than any rollout the check is tuned for, so the check goes over it in pieces.
+LONG_TOKENS = 100_001
 
-    monkeypatch.setattr(validate, "_DISTINCT_BLOCK", 7)
-    rec, ids = synthetic_sample(glm_layout, 9)
+
+@pytest.fixture(scope="module")
+def long_sample(glm_layout):
+    rng = np.random.default_rng(5)
+    n, L, k, E = LONG_TOKENS - 1, len(glm_layout.moe_layer_ids), glm_layout.topk, glm_layout.num_experts
+    experts = np.argsort(rng.random((n, L, E)), axis=-1)[..., :k].astype(glm_layout.expert_dtype)
+    ids = synthetic_tokens(LONG_TOKENS, 5)
+    rec = RoutingRecord(layout=glm_layout.fingerprint, start=0, layers=glm_layout.moe_layer_ids, experts=experts,
+                        weight_version=None, tokens_digest=token_digest(ids))
+    return rec, ids
+
+
+def test_a_long_record_with_distinct_ids_everywhere_is_accepted(long_sample, glm_layout):
+    rec, ids = long_sample
     check_record(rec, glm_layout, ids)
+
+
+# first row, rows spread over the record (every (row, layer) at its own offset), the last row
+@pytest.mark.parametrize("row, layer", [(0, 1), (21_845, 3), (43_690, 3), (43_691, 1), (66_666, 2),
+                                        (87_381, 1), (99_998, 2), (LONG_TOKENS - 2, 3)])
+def test_a_repeated_id_is_found_wherever_it_is_in_a_long_record(long_sample, glm_layout, row, layer):
+    rec, ids = long_sample
     experts = rec.experts.copy()
     col = glm_layout.moe_layer_ids.index(layer)
     experts[row, col, 3] = experts[row, col, 0]
-    # the oracle: the only (row, layer) whose ids are not all distinct
-    (bad,) = [(r, l) for r in range(8) for c, l in enumerate(glm_layout.moe_layer_ids) if len(set(experts[r, c])) < 4]
-    assert bad == (row, layer)
+    # the oracle: numpy's own view of which (row, layer) groups repeat an id
+    ordered = np.sort(experts, axis=-1)
+    bad = np.argwhere((ordered[..., 1:] == ordered[..., :-1]).any(axis=-1))
+    assert [(int(r), glm_layout.moe_layer_ids[int(c)]) for r, c in bad] == [(row, layer)]
     with pytest.raises(RecordError, match=rf"row {row}, layer {layer} names expert {experts[row, col, 0]} twice"):
         check_record(dataclasses.replace(rec, experts=experts), glm_layout, ids)
 

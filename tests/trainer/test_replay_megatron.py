@@ -12,6 +12,8 @@ from replay_helpers import synthetic_batch
 from megatron_cpu import RouterSpy, forward_loss, routers
 from sglang_r3.trainer import ReplayFiller, pack_rows
 
+pytestmark = pytest.mark.fast
+
 LENGTHS = [7, 9, 5]  # three samples packed into one microbatch of 21 tokens
 
 

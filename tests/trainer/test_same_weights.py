@@ -18,6 +18,8 @@ from sglang_r3.client import RoutingClient
 from sglang_r3.trainer import ReplayFiller, merge_mtp_agreements, mtp_draft_agreement
 from sglang_r3.trainer.convert import ConversionError, GlmMoeConfig, megatron_state_from_hf, read_safetensors
 
+pytestmark = pytest.mark.fast
+
 torch.set_num_threads(1)
 
 PROMPTS = [[1, 5, 9, 13, 17, 21], [2, 4, 6, 8, 10], [200, 3, 77, 140, 9, 31, 64]]

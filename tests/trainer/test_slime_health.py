@@ -38,6 +38,8 @@ from test_slime_integration import (  # noqa: F401  (fixtures: the slime trainin
 from sglang_r3.integrations.slime import fill_routing_replay, health, health_counts
 from sglang_r3.trainer import ReplayError, find_routers
 
+pytestmark = pytest.mark.fast
+
 torch.set_num_threads(1)
 
 MICROBATCHES = [[6, 9], [11], [4, 7, 5]]  # three microbatches of packed samples

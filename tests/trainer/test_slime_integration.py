@@ -27,6 +27,8 @@ from sglang_r3.integrations.slime import fill_routing_replay
 from sglang_r3.record import RecordError
 from sglang_r3.trainer import ModelMismatchError, ReplayError, mtp_loss_metrics
 
+pytestmark = pytest.mark.fast
+
 torch.set_num_threads(1)
 
 STAGE = "ROUTING_REPLAY_STAGE"

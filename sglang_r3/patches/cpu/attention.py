@@ -58,6 +58,7 @@ def _verify_forward(self, q, k, v, layer, forward_batch, save_kv_cache=True):
     rows = forward_batch.req_pool_indices.tolist()
     prefix_lens = forward_batch.seq_lens.tolist()
     use_gqa = layer.tp_q_head_num != layer.tp_k_head_num
+    window = _sliding_window(layer)
     for i, (row, prefix) in enumerate(zip(rows, prefix_lens)):
         # The draft slots are read through out_cache_loc rather than
         # req_to_token: verify does not rely on req_to_token covering them.
@@ -69,6 +70,12 @@ def _verify_forward(self, q, k, v, layer, forward_batch, save_kv_cache=True):
             key, value = key.to(query.dtype), value.to(query.dtype)
         mask = torch.ones((n, prefix + n), dtype=torch.bool, device=q.device)
         mask[:, prefix:] = chain if tree_mask is None else tree_mask[i]
+        if window is not None:
+            # A sliding-window layer: as the stock extend/decode paths mask it (keys at most `window`
+            # positions behind the query), by the draft rows' own positions.
+            q_pos = forward_batch.positions[i * n : (i + 1) * n].to(torch.int64)
+            k_pos = torch.cat((torch.arange(prefix, device=q.device), q_pos))
+            mask &= k_pos.unsqueeze(0) >= q_pos.unsqueeze(1) - window
         out = scaled_dot_product_attention(
             query.unsqueeze(0),
             key.unsqueeze(0),
@@ -116,8 +123,17 @@ def _forward_decode_around(original, self, q, k, v, layer, forward_batch, save_k
         scaling=layer.scaling,
         enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num,
         causal=False,
+        sliding_window_size=_sliding_window(layer),
     )
     return o
+
+
+def _sliding_window(layer):
+    """The layer's sliding window, as the stock torch_native paths take it (None: full attention)."""
+    size = getattr(layer, "sliding_window_size", None)
+    if size is None or size <= -1 or getattr(layer, "is_cross_attention", False):
+        return None
+    return size
 
 
 class TorchNativeMultiStepDraftBackend:

@@ -4,12 +4,11 @@ SGLang ships ``req.routed_experts`` from the scheduler to its detokenizer (pickl
 base64-encodes ``item.numpy().tobytes()`` on the way out. We put a small msgpack payload there as
 ``PayloadBytes`` (bytes that answer ``.numpy()``), so main rows, their start and the MTP section travel
 through SGLang's existing plumbing unchanged; the HTTP layer turns it into the public record (and, if
-asked, upstream's int32 field).
+asked, upstream's int32 field: ``sglang_r3.response``).
 """
 
 from __future__ import annotations
 
-import contextvars
 from dataclasses import dataclass
 from typing import Optional
 
@@ -21,9 +20,6 @@ from sglang_r3.record import MtpRouting
 
 _VERSION = 2
 
-# Set by our /generate while it awaits SGLang's outputs: it wants the payload itself (to build
-# the record it was asked for) rather than upstream's int32 field that every other consumer gets.
-NATIVE_ROUTING: contextvars.ContextVar = contextvars.ContextVar("sglang_r3_native_routing", default=False)
 _DTYPE_NAMES = {"uint8": np.uint8, "int16": np.uint16, "uint16": np.uint16}
 
 
@@ -111,11 +107,3 @@ def decode_payload(raw: bytes) -> CapturedRouting:
         tokens_digest=d.get("digest"),
         error=None if err is None else RoutingUnavailable(**err),
     )
-
-
-def to_upstream_routed_experts(captured: CapturedRouting, num_hidden_layers: int, moe_layer_ids) -> np.ndarray:
-    """Upstream's ``routed_experts`` array: int32 [rows, num_hidden_layers, topk], zeros at dense layers."""
-    rows, _, topk = captured.experts.shape
-    out = np.zeros((rows, num_hidden_layers, topk), dtype=np.int32)
-    out[:, list(moe_layer_ids), :] = captured.experts
-    return out

@@ -2,13 +2,14 @@
 
 SGLang serves ``/metrics`` from its multiprocess registry, so counters created in the
 scheduler (rows captured) and in the HTTP process (records served, refusals, bytes)
-both show up there.
+both show up there. Whether the server runs with ``--enable-metrics`` is SGLang's to say: the
+adapter hands in a probe at install (``use_probe``); without one (no server) there are no counters.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 # Rows of one record counted into the load gauges: evenly spaced, so a long record costs a bounded
 # share of the response builder's time (counted whole, a 32k-token record's histogram would cost more
@@ -17,6 +18,7 @@ LOAD_ROWS_PER_RECORD = 512
 
 _metrics = None
 _checked = False
+_probe: Optional[Callable[[], bool]] = None
 
 
 class R3Metrics:
@@ -68,17 +70,18 @@ class R3Metrics:
                 self.expert_load_imbalance.labels(layer=str(layer.layer)).set(layer.max_over_mean)
 
 
+def use_probe(probe: Callable[[], bool]) -> None:
+    """``probe()`` says whether this process serves --enable-metrics; asked once, at the first count
+    (SGLang publishes its runtime context after our patches are installed)."""
+    global _probe
+    _probe = probe
+
+
 def metrics() -> Optional[R3Metrics]:
     """The counters, or None when the server runs without --enable-metrics."""
     global _metrics, _checked
-    if not _checked:
+    if not _checked and _probe is not None:
         _checked = True
-        from sglang.srt.runtime_context import get_observability
-
-        try:
-            enabled = bool(get_observability().enable_metrics)
-        except Exception:  # runtime context not published in this process (e.g. a bare import)
-            enabled = False
-        if enabled:
+        if _probe():
             _metrics = R3Metrics()
     return _metrics

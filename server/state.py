@@ -1,0 +1,15 @@
+"""What the routes read from the running server: SGLang's TokenizerManager and the served layout."""
+
+from __future__ import annotations
+
+from sglang_r3.layout import ModelLayout
+from sglang_r3.patches import api
+from sglang_r3.patches.responses import served_layout
+
+
+def tokenizer_manager():
+    return api.tokenizer_manager()
+
+
+def current_layout() -> ModelLayout:
+    return served_layout(api.tokenizer_manager())
