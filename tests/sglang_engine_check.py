@@ -21,7 +21,7 @@ if __name__ == "__main__":
     base = dict(
         model_path=str(ensure_embedded_model()),
         device="cpu", attention_backend="torch_native", disable_overlap_schedule=True, disable_cuda_graph=True,
-        enable_return_routed_experts=True, dtype="float32", max_total_tokens=65536,
+        enable_return_routed_experts=True, dtype="float32", max_total_tokens=65536, sleep_on_idle=True,
     )
     refusal = None
     try:

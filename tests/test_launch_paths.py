@@ -40,12 +40,15 @@ OPT_IN = {"SGLANG_R3_ENABLED": "1"}
 CPU = not has_gpu()
 PROMPT = ids("rollout on SGLang's own launcher")
 # What our launcher serves the embedded model with (launch_server.resolve_argv), spelled for SGLang's
-# CLI: fp32 (exact equality), and on a CPU host the CPU runtime's flags, which only our launcher adds.
+# CLI: fp32 (exact equality), and on a CPU host the CPU runtime's flags, which only our launcher adds
+# (--sleep-on-idle too: an idle scheduler's busy poll would take the cores from every other test while
+# this module's servers stay up).
 CLI_FLAGS = ["--dtype", "float32", "--max-total-tokens", "65536"] + (
-    ["--device", "cpu", "--disable-overlap-schedule", "--disable-cuda-graph"] if CPU else []
+    ["--device", "cpu", "--disable-overlap-schedule", "--disable-cuda-graph", "--sleep-on-idle"] if CPU else []
 )
 SLIME_OVERRIDES = {"dtype": "float32", "max_total_tokens": 65536, **(
-    {"device": "cpu", "attention_backend": "torch_native", "disable_overlap_schedule": True, "disable_cuda_graph": True}
+    {"device": "cpu", "attention_backend": "torch_native", "disable_overlap_schedule": True, "disable_cuda_graph": True,
+     "sleep_on_idle": True}
     if CPU else {}
 )}
 # MTP speculation as our default launch serves it (slime's seed runs GLM-4.7 with its MTP layer).
