@@ -68,3 +68,33 @@ def test_a_hook_target_that_is_renamed_changed_or_unlisted_stops_start_up_naming
     """)
     assert r.returncode != 0 and "STARTED" not in r.stdout, r.stdout + r.stderr
     assert "sglang-r3 refuses to start" in r.stderr and TARGET in r.stderr and expect in r.stderr, r.stderr
+
+
+USES = "sglang.srt.managers.io_struct.SetInternalStateReq"  # POST /routing/capture builds it (patches/api.py)
+
+
+@pytest.mark.parametrize("launch", ["our launcher", "SGLang's own launcher"])
+def test_a_used_sglang_name_that_is_gone_stops_start_up_naming_it(launch):
+    # What our routes and launch path call (kind "uses") is checked in the launching process too: without
+    # it the server would start, and /routing/capture would fail at its first call.
+    r = _run(f"""
+        import sys
+        from sglang_r3.cpu import activate_cpu_runtime, has_gpu
+        if not has_gpu():
+            activate_cpu_runtime()
+        from sglang.srt.managers import io_struct
+        del io_struct.SetInternalStateReq  # as if SGLang renamed it
+        if {launch!r} == "our launcher":
+            from sglang_r3.launch_server import prepare
+            prepare(["--model-path", "unused"], process="server")
+        else:
+            from sglang_r3.patches.hooks import HookTargetError
+            from sglang_r3.patches.opt_in import refuse_unsupported_before_sglangs_checks
+            try:
+                refuse_unsupported_before_sglangs_checks(None)
+            except HookTargetError as err:
+                sys.exit(str(err))
+        print("STARTED")
+    """)
+    assert r.returncode != 0 and "STARTED" not in r.stdout, r.stdout + r.stderr
+    assert "sglang-r3 refuses to start" in r.stderr and USES in r.stderr, r.stderr[-3000:]

@@ -79,6 +79,10 @@ def install(process: str, routes: Optional[Callable[[], Any]] = None) -> None:
 
     install_input_guard()
     if process == "server":
+        from sglang_r3.patches.hooks import check_uses, raise_if_missing
+
+        check_uses()
+        raise_if_missing()  # before the routes, which are what call those names
         http.install_http_routes()
     else:
         from sglang_r3.patches.capture import install_capture_patches

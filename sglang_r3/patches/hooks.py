@@ -71,6 +71,17 @@ def check_instance(target: str, method: Any) -> None:
         raise HookTargetError([(target, why)])
 
 
+def check_uses() -> None:
+    """Every SGLang name the project calls or reads (manifest kind ``uses``) resolves, with the signature
+    it was written against; a missing or changed one stops start-up like a hook target, naming it.
+    Run in the process that launches SGLang (the names are the launcher's and the HTTP server's)."""
+    from sglang_r3.patches.manifest import BY_TARGET, check
+
+    for target, why in check(tuple(e for e in BY_TARGET.values() if e.kind == "uses")):
+        if target not in (t for t, _ in _missing):
+            _missing.append((target, why))
+
+
 def raise_if_missing() -> None:
     if _missing:
         raise HookTargetError(_missing)

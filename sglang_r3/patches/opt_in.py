@@ -173,10 +173,11 @@ def refuse_unsupported_once_resolved(original, self, *args, **kwargs):
 def refuse_unsupported_before_sglangs_checks(self, *args, **kwargs):
     from sglang.srt.arg_groups.overrides import resolving_view
 
-    from sglang_r3.patches.hooks import HookTargetError, verify_applied
+    from sglang_r3.patches.hooks import HookTargetError, check_uses, verify_applied
     from sglang_r3.patches.startup_checks import UnsupportedConfigError, check_supported
 
     try:
+        check_uses()  # this is the launching process: the names our routes and launch path call
         verify_applied()
         check_supported(self)  # idempotent; the only check when SGLang resolved before plugins loaded
         missing = missing_settings(resolving_view(self))
