@@ -18,6 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from server import refs
+from server.body import too_deep
 from server.request import RequestError, parse_routing_options, rewrite_body
 from server.schemas import ErrorResponse, RoutedOutput, RoutingOptions
 from server.state import current_layout, tokenizer_manager
@@ -79,9 +80,13 @@ def _generate_fields() -> frozenset:
     summary="Generate (SGLang native API) with role-tagged routing records",
 )
 async def generate(request: Request):
+    # Nesting depth is ours to decide, before the parser: parsers' own limits differ by release (server/body.py).
+    deep = too_deep(await request.body())
+    if deep is not None:
+        return RequestError(deep.message(), field=deep.field).response()
     try:
         body = await request.json()
-    except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the parser's stack
+    except (ValueError, RecursionError) as e:  # RecursionError: a parser whose stack is shallower still
         return RequestError(f"request body is not valid JSON: {type(e).__name__}: {e}"[:300]).response()
     if not isinstance(body, dict):
         return RequestError(f"request body must be a JSON object, got {type(body).__name__}").response()

@@ -13,8 +13,7 @@ import torch
 
 from benchmarks.soak import SOAK_SERVER_ENV, SOAK_SERVER_FLAGS
 from tests.servers import ServerProcess
-from tests.tiers import (  # noqa: F401  (the tier hooks: tests/tiers.py)
-    pytest_collection_finish, pytest_collection_modifyitems, pytest_ignore_collect, pytest_runtest_makereport)
+from tests.tiers import *  # noqa: F401,F403  (the tier hooks: tests/tiers.py)
 
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")

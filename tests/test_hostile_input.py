@@ -24,9 +24,9 @@ from typing import Any, Dict, List, Optional
 import httpx
 import msgpack
 import numpy as np
-import orjson
 import pytest
 
+from server.body import MAX_JSON_DEPTH, too_deep
 from sglang_r3.embedded import EMBEDDED_CONFIG
 from tests.routing_http import TIMEOUT, greedy, record_of
 
@@ -305,13 +305,15 @@ def classic_cases() -> List[Case]:
         Case("lone surrogate in rid", b'{"input_ids": [1, 2], "rid": "\\udfff", "sampling_params": {"max_new_tokens": 2}}', BAD),
         Case("lone surrogate in a stop string", b'{"input_ids": [1, 2], "sampling_params": {"stop": ["\\ud801"]}}', BAD),
         Case("msgpack body", msgpack.packb(base()), BAD, {"content-type": MSGPACK}),
-        # deep nesting, past stdlib json's recursion limit (~1000) too
+        # deep nesting, past every parser's own limit too: refused before parsing, unknown fields included
+        # (server/body.py; whatever the installed orjson would do with them)
         Case("input_ids nested 100k deep", b'{"input_ids": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", BAD),
         Case("sampling_params nested 100k deep",
              b'{"input_ids": [1], "sampling_params": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_001, BAD),
         Case("unknown field nested 100k deep",
              b'{"input_ids": [1], "sampling_params": {"max_new_tokens": 2}, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-             OK),
+             BAD),
+        Case("unknown field one level past the depth limit", base(bogus=nested(MAX_JSON_DEPTH)), BAD),
         Case("input_ids nested 50 deep", base(input_ids=nested(50)), BAD),
         Case("input_ids nested 500 deep", base(input_ids=nested(500)), BAD),
         Case("text nested 200 deep", {"text": nested(200, "a")}, BAD),
@@ -357,6 +359,7 @@ def classic_cases() -> List[Case]:
         Case("model field, as the gateway adds", base(model="whatever"), OK),
         Case("model null", base(model=None), OK),
         Case("unknown field nested 500 deep", base(bogus=nested(500)), OK),
+        Case("unknown field nested to the depth limit", base(bogus=nested(MAX_JSON_DEPTH - 1)), OK),
         Case("1 MB unknown field", base(padding="x" * 1_000_000), OK),
         Case("1 MB rid", base(rid="r" * 1_000_000), OK),
         Case("64 kB stop string", with_sp(stop="z" * 65536), OK),
@@ -557,8 +560,11 @@ def routed_reference(url: str):
 
 
 def _max_new_tokens(case: Case) -> Optional[int]:
-    # orjson: stdlib json cannot read the 100k-deep bodies back
-    body = orjson.loads(case.body) if isinstance(case.body, bytes) else case.body
+    # Only bodies within the depth limit are read back (stdlib json reads those whatever its release);
+    # a deeper one is refused by the server and asks for nothing.
+    if too_deep(case.content()) is not None:
+        return None
+    body = json.loads(case.body) if isinstance(case.body, bytes) else case.body
     sp = body.get("sampling_params") if isinstance(body, dict) else None
     return sp.get("max_new_tokens") if isinstance(sp, dict) else None
 
@@ -570,6 +576,13 @@ def test_case_set_is_deterministic_large_and_cheap():
     assert len({c.name for c in cases}) == len(cases), "case names must tell cases apart"
     costly = [c.name for c in cases if c.expect == OK and _max_new_tokens(c) not in range(5)]
     assert not costly, f"bodies that generate must ask for at most 4 tokens: {costly}"
+
+
+def test_every_case_nested_past_the_depth_limit_expects_a_4xx_and_the_limit_is_probed_from_both_sides():
+    deep = {c.name: c.expect for c in all_cases() if too_deep(c.content()) is not None}
+    assert deep and set(deep.values()) == {BAD}, deep
+    assert "unknown field one level past the depth limit" in deep
+    assert "unknown field nested to the depth limit" not in deep
 
 
 def test_out_of_vocabulary_id_gets_400_naming_its_index_on_generate(url):
@@ -604,6 +617,20 @@ def test_out_of_vocabulary_id_gets_400_naming_its_index_on_completions(url):
     r = httpx.post(url + "/v1/completions", json=body, timeout=TIMEOUT)
     assert r.status_code == 400, r.text
     assert r.json()["message"] == f"input_ids[2] = {VOCAB + 3} is outside the vocabulary [0, {VOCAB})"
+
+
+def test_nesting_past_the_stated_limit_gets_400_naming_the_limit_and_field_and_at_the_limit_is_served(url):
+    # The depth contract is ours (server/body.py): the same answer whatever parser release is installed.
+    for depth in (MAX_JSON_DEPTH, 2_000, 100_000):  # one past the limit, past stdlib json's, past orjson 3.13's
+        body = b'{"input_ids": [1], "sampling_params": {"max_new_tokens": 2}, "x": ' + b"[" * depth + b"]" * depth + b"}"
+        r = httpx.post(url + "/generate", content=body, headers={"content-type": "application/json"}, timeout=TIMEOUT)
+        assert r.status_code == 400, r.text[:300]
+        err = r.json()["error"]
+        assert err["field"] == "x" and f"deeper than {MAX_JSON_DEPTH} levels" in err["message"], err
+    at_limit = base(x=nested(MAX_JSON_DEPTH - 1), return_routing=True)  # the top-level object is level 1
+    r = httpx.post(url + "/generate", json=at_limit, timeout=TIMEOUT)
+    assert r.status_code == 200, r.text[:300]
+    assert "routing" in r.json()["meta_info"]
 
 
 def test_top_logprobs_num_beyond_vocabulary_gets_400_naming_the_field(url):

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tiers import FRESH_RUN_ENV
+
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,12 +111,14 @@ def test_skips_without_sglang():
 '''
 
 
+SAMPLE_CONFTEST = "from tests.tiers import *  # noqa: F401,F403\n"
+
+
 def _sample(tmp_path: Path, module_tier: str) -> Path:
     d = tmp_path / "sample"
     d.mkdir()
     (d / "test_sample.py").write_text(textwrap.dedent(SAMPLE.format(module_tier=module_tier)))
-    (d / "conftest.py").write_text("from tests.tiers import pytest_collection_finish, pytest_collection_modifyitems, "
-                                   "pytest_ignore_collect, pytest_runtest_makereport  # noqa: F401\n")
+    (d / "conftest.py").write_text(SAMPLE_CONFTEST)
     return d
 
 
@@ -144,3 +148,122 @@ def test_a_test_without_a_tier_stops_the_collection_naming_it(tmp_path):
     proc = _pytest(["--collect-only", "-q", "test_untiered.py"], cwd=d, tmp_path=tmp_path)
     assert proc.returncode != 0
     assert "test_untiered.py::test_nobody_said: no tier" in proc.stdout + proc.stderr
+
+
+# -- targeted runs: -k, a file, a node id ------------------------------------------------------------------
+# A tree like the suite's: fast modules next to a module that imports SGLang when collected. A stand-in
+# `sglang` package (first on the path) takes SGLang's place: the guard goes by module name, and the
+# stand-in imports in milliseconds where SGLang takes seconds.
+
+TREE = {
+    "test_fast_a.py": """
+import pytest
+
+pytestmark = pytest.mark.fast
+
+
+def test_plain_a():
+    pass
+
+
+def test_reaches_for_sglang():
+    import sglang  # noqa: F401
+""",
+    "test_fast_b.py": """
+import pytest
+
+pytestmark = pytest.mark.fast
+
+
+def test_plain_b():
+    pass
+""",
+    "test_0_needs_sglang.py": """  # collected first: it, not a selected module, imports SGLang
+import pytest
+import sglang  # noqa: F401
+
+pytestmark = pytest.mark.sglang
+
+
+def test_uses_sglang():
+    assert sglang.STAND_IN
+""",
+}
+
+
+def _tree(tmp_path: Path, extra: dict = None) -> Path:
+    d = tmp_path / "tree"
+    d.mkdir()
+    for name, text in {**TREE, **(extra or {})}.items():
+        (d / name).write_text(textwrap.dedent(text))
+    (d / "conftest.py").write_text(SAMPLE_CONFTEST)
+    fake = tmp_path / "stand_in" / "sglang"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("STAND_IN = True\n")
+    return d
+
+
+def _run_tree(args, d: Path, tmp_path: Path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "stand_in"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop(FRESH_RUN_ENV, None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", *args], cwd=d, env=env,
+                          capture_output=True, text=True, timeout=600)
+    return proc, proc.stdout + proc.stderr
+
+
+def _outcomes(out: str) -> dict:
+    return {line.split()[1]: line.split()[0] for line in out.splitlines() if line.split()[:1] in (["PASSED"], ["FAILED"])}
+
+
+def test_a_keyword_selection_of_fast_tests_runs_them_although_other_modules_import_sglang(tmp_path):
+    d = _tree(tmp_path)
+    proc, out = _run_tree(["-k", "plain"], d, tmp_path)
+    assert proc.returncode == 0, out[-3000:]
+    assert _outcomes(out) == {"test_fast_a.py::test_plain_a": "PASSED", "test_fast_b.py::test_plain_b": "PASSED"}
+    assert "running them in a fresh process that cannot import it" in out  # SGLang was imported by collection
+
+
+def test_a_keyword_selection_still_fails_a_fast_test_that_imports_sglang(tmp_path):
+    d = _tree(tmp_path)
+    proc, out = _run_tree(["-k", "plain_a or reaches"], d, tmp_path)
+    assert proc.returncode == 1, out[-3000:]
+    assert _outcomes(out) == {"test_fast_a.py::test_plain_a": "PASSED",
+                              "test_fast_a.py::test_reaches_for_sglang": "FAILED"}
+    assert "a fast-tier test imported SGLang" in out
+
+
+def test_a_file_and_a_node_id_run_what_they_name_with_sglang_blocked(tmp_path):
+    d = _tree(tmp_path)
+    proc, out = _run_tree(["test_fast_a.py"], d, tmp_path)
+    assert proc.returncode == 1, out[-3000:]
+    assert _outcomes(out) == {"test_fast_a.py::test_plain_a": "PASSED",
+                              "test_fast_a.py::test_reaches_for_sglang": "FAILED"}
+    proc, out = _run_tree(["test_fast_b.py::test_plain_b", "test_fast_a.py::test_reaches_for_sglang"], d, tmp_path)
+    assert proc.returncode == 1, out[-3000:]
+    assert _outcomes(out) == {"test_fast_b.py::test_plain_b": "PASSED",
+                              "test_fast_a.py::test_reaches_for_sglang": "FAILED"}
+    assert "fresh process" not in out  # nothing collected imported SGLang: no second process needed
+
+
+def test_a_selected_fast_module_that_imports_sglang_stops_the_run_naming_it(tmp_path):
+    bad = {"test_fast_c.py": "import pytest\nimport sglang  # noqa: F401\n\npytestmark = pytest.mark.fast\n\n\n"
+                             "def test_plain_c():\n    pass\n"}
+    d = _tree(tmp_path, bad)
+    for args in (["-k", "plain"], ["test_fast_c.py"], ["-m", "fast"]):
+        proc, out = _run_tree(args, d, tmp_path)
+        assert proc.returncode != 0 and _outcomes(out) == {}, (args, out[-3000:])
+        assert "collecting the fast tier imported SGLang (sglang, ...): a fast module imports it (test_fast_c.py)" in out, (args, out[-3000:])
+
+
+@pytest.mark.sglang  # collecting the whole tree imports SGLang (in a child process)
+def test_the_readme_targeted_run_of_two_fast_tests_from_the_whole_tree_runs_them():
+    # The issue's command: -k over the whole suite, whose collection imports SGLang.
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tests", "-k", "seed_001 or seed_000", "-p", "no:cacheprovider",
+                           "-rA", "-W", "ignore::DeprecationWarning"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900, env={k: v for k, v in os.environ.items() if k != FRESH_RUN_ENV})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    ran = _outcomes(out)
+    assert ran and set(ran.values()) == {"PASSED"}, out[-3000:]
+    assert all("::test_seed_000_" in t or "::test_seed_001_" in t for t in ran), ran
+    assert "ERROR: collecting the fast tier imported SGLang" not in out

@@ -19,21 +19,38 @@ How a test gets its tier, first rule that applies:
 A test with no tier, or with two, stops the collection naming it. The tier marks of modules and classes
 are defaults only: after the decision they are taken off those nodes and each test carries its own one,
 so ``-m sglang`` does not select a module's server tests.
+
+A run that selects only fast tests (``-m fast``, ``-k``, a file, a node id) runs them where SGLang cannot
+be imported. When collecting the rest of the tree already imported it (``pytest tests -k NAME``), the
+selected tests run in a fresh pytest process over their own files only, as ``-m fast`` would collect
+them; a selected module that itself imports SGLang stops that run naming the module.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.abc
+import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
-from typing import Dict, FrozenSet, Optional
+from typing import Dict, FrozenSet, List, Optional
 
 import pytest
 
+__all__ = ["pytest_collection_finish", "pytest_collection_modifyitems", "pytest_ignore_collect",
+           "pytest_make_collect_report", "pytest_runtest_makereport", "pytest_runtestloop",
+           "pytest_sessionfinish"]
+
 TIERS = ("fast", "sglang", "server")
 SERVER_FIXTURES = frozenset({"_servers"})  # routing_server, nospec_server, ... all depend on it
+# Set in the fresh process that runs a fast selection: the file listing the node ids it runs.
+FRESH_RUN_ENV = "SGLANG_R3_FAST_SELECTION"
 
+_first_importer = pytest.StashKey[str]()  # the collector during whose collection SGLang was first imported
+_fresh_run = pytest.StashKey[List[str]]()  # node ids to run in a fresh process
+_fresh_rc = pytest.StashKey[int]()
 
 
 def _marks_in(path: Path) -> FrozenSet[str]:
@@ -104,6 +121,13 @@ def _decide(item) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection reads the marks
 def pytest_collection_modifyitems(session, config, items):
+    if keep_file := os.environ.get(FRESH_RUN_ENV):
+        # The fresh process runs exactly the selection it was handed (its files hold other tests too).
+        keep = set(Path(keep_file).read_text().splitlines())
+        dropped = [i for i in items if i.nodeid not in keep]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [i for i in items if i.nodeid in keep]
     tiers: Dict[str, str] = {}
     problems = []
     for item in items:
@@ -144,11 +168,63 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """Remembers which collector's collection (a module's import, a conftest) first imported SGLang."""
+    before = "sglang" in sys.modules
+    report = yield
+    if not before and "sglang" in sys.modules:
+        collector.config.stash.setdefault(_first_importer, collector.nodeid or str(collector.path))
+    return report
+
+
 def pytest_collection_finish(session):
     items = session.items
     if not items or any(item.get_closest_marker("fast") is None for item in items):
         return
     loaded = sorted(m for m in sys.modules if m == "sglang" or m.startswith("sglang."))
-    if loaded:
-        raise pytest.UsageError(f"collecting the fast tier imported SGLang ({loaded[0]}, ...): a fast module imports it")
-    sys.meta_path.insert(0, _NoSglang())
+    if not loaded:
+        sys.meta_path.insert(0, _NoSglang())
+        return
+    importer = session.config.stash.get(_first_importer, None)
+    selected_files = {item.nodeid.split("::")[0] for item in items}
+    if os.environ.get(FRESH_RUN_ENV) or importer is None or importer.split("::")[0] in selected_files:
+        where = f" ({importer})" if importer else " (before collection: a conftest or plugin)"
+        raise pytest.UsageError(
+            f"collecting the fast tier imported SGLang ({loaded[0]}, ...): a fast module imports it{where}")
+    # Only fast tests were selected, but modules collected alongside them imported SGLang, which this
+    # process cannot forget: the selection runs in a fresh process (pytest_runtestloop).
+    session.config.stash[_fresh_run] = [item.nodeid for item in items]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    nodeids = session.config.stash.get(_fresh_run, None)
+    if nodeids is None or session.config.option.collectonly:
+        return None
+    config = session.config
+    inv = config.invocation_params
+    # The same options, the selected tests' files in place of the paths given (or the testpaths).
+    paths = set(config.args)
+    options = [a for a in inv.args if a not in paths]
+    files = sorted({str(item.path) for item in session.items})
+    fd, keep = tempfile.mkstemp(prefix="r3-fast-selection-", suffix=".txt")
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(nodeids))
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"tests/tiers.py: the {len(nodeids)} selected tests are all fast, and collecting the "
+                            "other modules imported SGLang: running them in a fresh process that cannot import it")
+    try:
+        rc = subprocess.call([sys.executable, "-m", "pytest", *options, *files], cwd=str(inv.dir),
+                             env={**os.environ, FRESH_RUN_ENV: keep})
+    finally:
+        os.unlink(keep)
+    config.stash[_fresh_rc] = rc
+    return True
+
+
+def pytest_sessionfinish(session, exitstatus):
+    rc = session.config.stash.get(_fresh_rc, None)
+    if rc is not None:
+        session.exitstatus = rc  # the fresh run's outcome is this run's

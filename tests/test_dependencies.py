@@ -1,0 +1,139 @@
+"""Fresh-machine reproducibility: what pip resolved is what the suite was run against.
+
+``pyproject.toml`` bounds every third-party package the code, the server or the tests rely on (its
+comment says how). These checks fail, naming the package, when the installed versions leave those bounds
+(a fresh machine that resolved a newer release, a hand-upgraded environment), when a requirement has no
+ceiling, and when code imports a package pyproject does not list.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata as md
+import sys
+import tomllib
+from pathlib import Path
+from typing import Dict, Iterable, List, Set, Tuple
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+pytestmark = pytest.mark.fast
+
+ROOT = Path(__file__).resolve().parents[1]
+SCANNED = ("sglang_r3", "server", "benchmarks", "tests")
+CEILING_OPS = {"<", "<=", "==", "==="}  # "~=" is a ceiling too, but pyproject spells bounds out
+# Requirements allowed without a ceiling, and why (the test extra pins each of them).
+NO_CEILING = {("trainer", "megatron-core"): "a Megatron image brings its own megatron-core"}
+
+
+def _project() -> dict:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]
+
+
+def requirement_lists(project: dict, extra: str = "test") -> List[Tuple[str, Requirement]]:
+    """(list name, requirement) for the base install and every extra that ``extra`` pulls in."""
+    out: List[Tuple[str, Requirement]] = [("dependencies", Requirement(r)) for r in project["dependencies"]]
+    todo, seen = [extra], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for r in map(Requirement, project["optional-dependencies"][name]):
+            if canonicalize_name(r.name) == canonicalize_name(project["name"]):
+                todo.extend(sorted(r.extras))
+            else:
+                out.append((name, r))
+    return out
+
+
+def out_of_bounds(reqs: Iterable[Tuple[str, Requirement]], installed: Dict[str, str]) -> List[str]:
+    """One line per requirement the installed versions do not meet, naming the package."""
+    problems = []
+    for where, req in reqs:
+        if req.marker is not None and not req.marker.evaluate({"extra": where}):
+            continue
+        version = installed.get(canonicalize_name(req.name))
+        if version is None:
+            problems.append(f"{req.name}: not installed, pyproject.toml [{where}] asks {req.specifier or 'any'}")
+        elif not req.specifier.contains(version, prereleases=True):
+            problems.append(f"{req.name} {version} is outside {req.specifier} (pyproject.toml [{where}])")
+    return problems
+
+
+def installed_versions() -> Dict[str, str]:
+    return {canonicalize_name(d.metadata["Name"]): d.version for d in md.distributions()}
+
+
+def test_the_check_names_a_package_outside_its_bounds_and_one_that_is_missing():
+    reqs = [("test", Requirement("orjson>=3.8.3,<3.13")), ("server", Requirement("fastapi<1")),
+            ("test", Requirement("msgpack>=1.2")), ("test", Requirement("pywin32>=1; sys_platform == 'win32'"))]
+    assert out_of_bounds(reqs, {"orjson": "3.13.0", "fastapi": "0.165.0"}) == [
+        "orjson 3.13.0 is outside <3.13,>=3.8.3 (pyproject.toml [test])",
+        "msgpack: not installed, pyproject.toml [test] asks >=1.2",
+    ]
+
+
+def test_installed_versions_are_inside_every_bound_of_the_test_install():
+    problems = out_of_bounds(requirement_lists(_project()), installed_versions())
+    assert not problems, ("installed versions leave pyproject.toml's bounds (the suite was not run against "
+                          "them; reinstall with pip install -e \".[test]\" or run the suite and widen the bound):\n"
+                          + "\n".join(problems))
+
+
+def test_every_requirement_has_a_ceiling():
+    project = _project()
+    lists = [("dependencies", Requirement(r)) for r in project["dependencies"]] + [
+        (extra, Requirement(r)) for extra, rs in project["optional-dependencies"].items() for r in rs]
+    open_ended = [f"{req} (pyproject.toml [{where}])" for where, req in lists
+                  if canonicalize_name(req.name) != canonicalize_name(project["name"])
+                  and (where, canonicalize_name(req.name)) not in NO_CEILING
+                  and not any(s.operator in CEILING_OPS for s in req.specifier)]
+    assert not open_ended, "requirements without an upper bound:\n" + "\n".join(open_ended)
+    for where, name in NO_CEILING:  # each exemption is pinned where the suite installs it
+        test_pins = [r for w, r in requirement_lists(project) if w == "test" and canonicalize_name(r.name) == name]
+        assert any(s.operator == "==" for r in test_pins for s in r.specifier), name
+
+
+def _local_modules() -> Set[str]:
+    names = set(SCANNED)
+    for root in SCANNED:
+        for p in (ROOT / root).rglob("*"):
+            if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()):
+                names.add(p.stem if p.suffix == ".py" else p.name)
+    return names
+
+
+def imported_top_level_names() -> Dict[str, Set[str]]:
+    """Top-level module name -> files importing it, for every import in the scanned trees (functions too)."""
+    found: Dict[str, Set[str]] = {}
+    for root in SCANNED:
+        for path in (ROOT / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    found.setdefault(name.split(".")[0], set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_third_party_package_the_code_imports_is_bounded_in_pyproject():
+    declared = {canonicalize_name(r.name) for _, r in requirement_lists(_project())}
+    local, dists = _local_modules(), md.packages_distributions()
+    undeclared = []
+    for name, files in sorted(imported_top_level_names().items()):
+        if name in sys.stdlib_module_names or name in local or name == "__future__":
+            continue
+        # A name no installed distribution provides is an optional import of something absent here
+        # (slime itself); it cannot be relied on by a run of this suite.
+        owners = {canonicalize_name(d) for d in dists.get(name, [])}
+        if owners and not owners & declared:
+            undeclared.append(f"{name} (distribution {', '.join(sorted(owners))}) imported by {sorted(files)[:3]}")
+    assert not undeclared, "imported but not bounded in pyproject.toml:\n" + "\n".join(undeclared)
