@@ -282,18 +282,12 @@ def test_reused_log_probs_skip_the_log_prob_pass_and_every_replay_is_still_consu
 
 # -- live health in slime's training log --------------------------------------------------------------------
 
-@pytest.mark.parametrize("mtp_layers, mtp_training", [(1, False), (3, True)], ids=["mtp1", "mtp3_training"])
-def test_health_opt_in_puts_each_steps_exact_counts_into_slimes_train_log(
-    slime_trainer, hf_checkpoints, monkeypatch, mtp_layers, mtp_training
-):
-    monkeypatch.setenv(r3_slime.HEALTH_ENV, "1")
-    actor = start_actor(hf_checkpoints, mtp_layers, seed=71 + mtp_layers, enable_mtp_training=mtp_training)
-    assert sar.train_one_step._r3_slime_health  # model.train calls it by name
-    layout = layout_from_model_path(hf_checkpoints[mtp_layers])
+def run_step_with_health(actor, layout, tokens, seed, mtp_training):
+    """slime's train_actor on records equal to the model's own routing with 4 planted flips per MoE layer and
+    microbatch; returns, per training step, the counts megatron's own top-k of each training forward's router
+    inputs gives (a plain count of sets), as the raw numbers the log's rates are made of."""
     model = actor.model[0]
-    tokens = _samples(LENGTHS, seed=80 + mtp_layers)
-    batches = in_slime_order(tokens)
-    mbs = planted(model, layout, batches, seed=mtp_layers)  # records = own routing, 4 planted flips per layer
+    mbs = planted(model, layout, in_slime_order(tokens), seed=seed)
     per_sample = {}
     for mb_indices, (recs, _) in zip(MICRO_BATCH_INDICES, mbs):
         per_sample.update(zip(mb_indices, recs))
@@ -303,28 +297,109 @@ def test_health_opt_in_puts_each_steps_exact_counts_into_slimes_train_log(
         actor.train_actor(0, rollout_data(tokens, routed))
     finally:
         spy.close()
-    per_mb = plain_counts(model, layout, mbs, spy)  # megatron's own top-k of each training forward's inputs
-    assert len(sar.LOGGED) == 2
-    for d, span in zip(sar.LOGGED, [slice(0, 1), slice(1, 3)]):
+    per_mb = plain_counts(model, layout, mbs, spy)
+    steps = []
+    for span in (slice(0, 1), slice(1, 3)):
         flips = sum((f for f, _ in per_mb[span]), collections.Counter())
-        tokens_flipped = sum(t for _, t in per_mb[span])
-        rows = sum(len(t) - 1 for _, ts in mbs[span] for t in ts)
-        moe = layout.moe_layer_ids
-        assert flips[1] == 4 * len(mbs[span])  # the planted ones in the first MoE layer
-        assert d["train/r3/rows_replayed"] == rows and d["train/r3/pairs_replayed"] == len(moe) * rows
-        assert d["train/r3/pairs_flipped"] == sum(flips.values())
-        assert d["train/r3/tokens_flipped"] == tokens_flipped
-        assert d["train/r3/flip_rate"] == pytest.approx(sum(flips.values()) / (len(moe) * rows))
-        assert d["train/r3/tokens_with_flip"] == pytest.approx(tokens_flipped / rows)
-        for lid in moe:
-            assert d[f"train/r3/flip_rate/layer_{lid}"] == pytest.approx(flips[lid] / rows)
-        step_tokens = sum(len(t) for _, ts in mbs[span] for t in ts)
-        mtp_ids = [l.id for l in layout.mtp_layers]
-        want_mtp = step_tokens if mtp_training else 0  # MTP runs in training forwards only with mtp_kwargs
-        assert d["train/r3/mtp/rows_routed"] == want_mtp * len(mtp_ids)
-        assert {k: v for k, v in d.items() if k.startswith("train/r3/mtp/rows_routed/")} == {
-            f"train/r3/mtp/rows_routed/layer_{lid}": float(want_mtp) for lid in mtp_ids}
-        assert "train/loss" in d and "train/step" in d  # slime's own keys, in the same dict
+        assert flips[layout.moe_layer_ids[0]] == 4 * len(mbs[span])  # the planted ones in the first MoE layer
+        steps.append({
+            "rows": sum(len(t) - 1 for _, ts in mbs[span] for t in ts),
+            "flips": {lid: flips[lid] for lid in layout.moe_layer_ids},
+            "tokens_flipped": sum(t for _, t in per_mb[span]),
+            # MTP layers run in training forwards only with mtp_kwargs (slime's gpt_model hunk)
+            "mtp_rows": sum(len(t) for _, ts in mbs[span] for t in ts) if mtp_training else 0,
+        })
+    return steps
+
+
+def check_logged(d, want, layout):
+    moe, mtp_ids = layout.moe_layer_ids, [l.id for l in layout.mtp_layers]
+    rows, flipped = want["rows"], sum(want["flips"].values())
+    assert d["train/r3/rows_replayed"] == rows and d["train/r3/pairs_replayed"] == len(moe) * rows
+    assert d["train/r3/pairs_flipped"] == flipped and d["train/r3/tokens_flipped"] == want["tokens_flipped"]
+    assert d["train/r3/flip_rate"] == pytest.approx(flipped / (len(moe) * rows))
+    assert d["train/r3/tokens_with_flip"] == pytest.approx(want["tokens_flipped"] / rows)
+    assert {k: v for k, v in d.items() if k.startswith("train/r3/flip_rate/layer_")} == pytest.approx(
+        {f"train/r3/flip_rate/layer_{lid}": want["flips"][lid] / rows for lid in moe})
+    assert d["train/r3/mtp/rows_routed"] == want["mtp_rows"] * len(mtp_ids)
+    assert {k: v for k, v in d.items() if k.startswith("train/r3/mtp/rows_routed/")} == {
+        f"train/r3/mtp/rows_routed/layer_{lid}": float(want["mtp_rows"]) for lid in mtp_ids}
+    assert "train/loss" in d and "train/step" in d  # slime's own keys, in the same dict
+
+
+@pytest.mark.parametrize("mtp_layers, mtp_training", [(1, False), (3, True)], ids=["mtp1", "mtp3_training"])
+def test_health_opt_in_puts_each_steps_exact_counts_into_slimes_train_log(
+    slime_trainer, hf_checkpoints, monkeypatch, mtp_layers, mtp_training
+):
+    monkeypatch.setenv(r3_slime.HEALTH_ENV, "1")
+    actor = start_actor(hf_checkpoints, mtp_layers, seed=71 + mtp_layers, enable_mtp_training=mtp_training)
+    assert sar.train_one_step._r3_slime_health  # model.train calls it by name
+    layout = layout_from_model_path(hf_checkpoints[mtp_layers])
+    want = run_step_with_health(actor, layout, _samples(LENGTHS, seed=80 + mtp_layers), mtp_layers, mtp_training)
+    assert [d["train/step"] for d in sar.LOGGED] == [0, 1]
+    for d, w in zip(sar.LOGGED, want):
+        check_logged(d, w, layout)
+
+
+def _dp_rank(rank: int, port: int, results, checkpoint: str) -> None:
+    import sys
+    import traceback
+    from pathlib import Path
+
+    try:
+        sys.path.insert(0, str(Path(__file__).parent))
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), ENABLE_ROUTING_REPLAY="1",
+                          SGLANG_R3_HEALTH="1")
+        from megatron_cpu import init_megatron_cpu
+
+        init_megatron_cpu(rank=rank, world_size=2)  # data parallel 2
+        import slime_actor_reference
+        import slime_reference
+        import test_slime_install as t
+
+        slime_reference.install()
+        slime_actor_reference.install_actor()
+        actor = t.start_actor({1: checkpoint}, 1, seed=72, enable_mtp_training=True)  # same weights: DP replicas
+        layout = layout_from_model_path(checkpoint)
+        want = t.run_step_with_health(actor, layout, t._samples(t.LENGTHS, seed=300 + rank), 5 + rank, True)
+        results.put((rank, want, list(slime_actor_reference.LOGGED)))
+    except BaseException:
+        results.put((rank, "error", traceback.format_exc()))
+
+
+def test_health_is_summed_over_data_parallel_ranks_in_the_logging_ranks_dict(hf_checkpoints):
+    """2 gloo ranks, data parallel 2, each with its own samples: the dict slime logs (data-parallel rank 0)
+    holds both ranks' counts; the other rank logs nothing (slime's logging-rank condition)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = [ctx.Process(target=_dp_rank, args=(r, port, results, hf_checkpoints[1])) for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        got = {r[0]: r[1:] for r in (results.get(timeout=300) for _ in procs)}
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+    for rank, res in got.items():
+        assert res[0] != "error", f"rank {rank}:\n{res[1]}"
+    (want0, logged0), (want1, logged1) = got[0], got[1]
+    assert logged1 == [] and len(logged0) == 2
+    layout = layout_from_model_path(hf_checkpoints[1])
+    for d, a, b in zip(logged0, want0, want1):
+        assert a["flips"] != b["flips"] or a["tokens_flipped"] != b["tokens_flipped"]  # the ranks differ
+        total = {"rows": a["rows"] + b["rows"], "tokens_flipped": a["tokens_flipped"] + b["tokens_flipped"],
+                 "flips": {lid: a["flips"][lid] + b["flips"][lid] for lid in a["flips"]},
+                 "mtp_rows": a["mtp_rows"] + b["mtp_rows"]}
+        check_logged(d, total, layout)
 
 
 # -- records with token digests (slime forwarding "metadata": docs/slime-forward-metadata.patch) -----------
