@@ -443,6 +443,20 @@ def _measure_slime_compute_topk() -> None:
     The megatron.patch hunk imports the function from its module at every call of
     ``topk_routing_with_score_function``, so the wrap reaches every router from the next forward on;
     routers without an armed meter (MTP, other models) are not affected."""
+    module, get = _slime_compute_topk_factory()
+    if getattr(get, "_r3_measuring", False):
+        return
+
+    @functools.wraps(get)
+    def get_routing_replay_compute_topk(old_compute_topk):
+        # old_compute_topk: megatron's own compute_topk at that call, the routing without replay.
+        return measured_compute_topk(get(old_compute_topk), old_compute_topk, _counted_forward)
+
+    get_routing_replay_compute_topk._r3_measuring = True
+    module.get_routing_replay_compute_topk = get_routing_replay_compute_topk
+
+
+def _slime_compute_topk_factory() -> Tuple[Any, Any]:
     import importlib
 
     try:
@@ -455,16 +469,7 @@ def _measure_slime_compute_topk() -> None:
             f"measure=True needs {SLIME_REPLAY_MODULE}.get_routing_replay_compute_topk (slime 624b824's "
             f"compute_topk factory, which megatron.patch calls in topk_routing_with_score_function)"
         )
-    if getattr(get, "_r3_measuring", False):
-        return
-
-    @functools.wraps(get)
-    def get_routing_replay_compute_topk(old_compute_topk):
-        # old_compute_topk: megatron's own compute_topk at that call, the routing without replay.
-        return measured_compute_topk(get(old_compute_topk), old_compute_topk, _counted_forward)
-
-    get_routing_replay_compute_topk._r3_measuring = True
-    module.get_routing_replay_compute_topk = get_routing_replay_compute_topk
+    return module, get
 
 
 def _counted_forward() -> bool:
@@ -570,7 +575,7 @@ def install(args: Any) -> Optional[SlimeInstall]:
         if model_module is not None:
             _check_params(model_module, "train_one_step", _STEP_PARAMS, SLIME_MODEL_MODULE, problems)
         try:
-            _measure_slime_compute_topk()
+            _slime_compute_topk_factory()  # wrapped below, once nothing is refused
         except ReplayError as e:
             problems.append(f"{HEALTH_ENV}=1: {e}")
     problems += _settings_problems(args)
@@ -583,8 +588,10 @@ def install(args: Any) -> Optional[SlimeInstall]:
     current = actor_cls.fill_routing_replay
     original = getattr(current, "_r3_slime_original", current)
     actor_cls.fill_routing_replay = _fill_method(done, original)
-    if health_on and not getattr(model_module.train_one_step, "_r3_slime_health", False):
-        model_module.train_one_step = _train_one_step_with_health(model_module.train_one_step)
+    if health_on:
+        _measure_slime_compute_topk()
+        if not getattr(model_module.train_one_step, "_r3_slime_health", False):
+            model_module.train_one_step = _train_one_step_with_health(model_module.train_one_step)
     logger.info(
         "R3 (slime): MegatronTrainRayActor.fill_routing_replay replays %d decoder MoE layers by identity, %d MTP "
         "layer(s) route live; health in the training log: %s", len(layout.moe_layer_ids), layout.num_mtp_layers,
@@ -703,6 +710,10 @@ def _fill_method(done: SlimeInstall, original: Any):
             measure=done.health,
         )
         rollout_data.pop("rollout_routed_experts", None)  # as slime's fill: the arrays are not needed again
+        if key == "metadata":  # nor the records; metadata holding nothing else goes (log_rollout_data averages lists)
+            rollout_data["metadata"] = [{k: v for k, v in m.items() if k != RECORD_KEY} for m in rollout_data["metadata"]]
+            if not any(rollout_data["metadata"]):
+                del rollout_data["metadata"]
         for iterator in data_iterator:
             iterator.reset()
 

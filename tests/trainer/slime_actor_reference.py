@@ -15,7 +15,9 @@ slime, from the public source of THUDM/slime at commit 624b824 (``slime_referenc
   ``del rollout_data["rollout_routed_experts"]``), ``compute_log_prob`` and ``train_actor``'s R3 order: the
   fill (``self.fill_routing_replay``, looked up on the class), ``replay_forward`` and the log-prob pass unless
   slime reuses the training forward's log-probs (its ``can_reuse_log_probs_in_loss``), ``clear_all_forward``,
-  ``replay_backward`` and ``train``, ``RoutingReplay.clear_all()``.
+  ``log_rollout_data``, ``replay_backward`` and ``train``, ``RoutingReplay.clear_all()``.
+* ``slime/observability/train_metric_utils.py``: ``log_rollout_data``'s walk over the keys of ``rollout_data``
+  (its ignored keys; every other per-sample list is averaged).
 * ``slime/backends/megatron_utils/model.py``: ``forward_only`` (eval mode, ``labels=None``, no ``mtp_kwargs``,
   one schedule per step), ``train_one_step`` (the before-train-step hook, ``replay_forward`` around the model
   call only, ``mtp_kwargs={"mtp_labels": tokens}`` with ``--enable-mtp-training``, the loss dict on the last
@@ -260,6 +262,31 @@ def train(rollout_id, model, optimizer, opt_param_scheduler, data_iterator, num_
 ARGS: List[Any] = []  # megatron's get_args()
 
 
+# -- slime/observability/train_metric_utils.py: log_rollout_data's walk over rollout_data -------------------
+
+_LOG_ROLLOUT_IGNORED = {
+    "tokens", "multimodal_train_inputs", "loss_masks", "sample_indices", "rollout_ids", "rollout_mask_sums",
+    "rollout_top_p_token_ids", "rollout_top_p_token_offsets", "rollout_routed_experts", "global_batch_sizes",
+    "num_microbatches", "micro_batch_indices", "source_names", "local_raw_reward",
+}
+
+
+def log_rollout_data(rollout_id, args, rollout_data) -> Dict[str, Any]:
+    """Every other key is averaged: a list of tensors by its mean, any other list by ``sum(value)`` (so a
+    list of dicts raises TypeError), a tensor by its mean, anything else raises ValueError."""
+    out = {}
+    for key, value in rollout_data.items():
+        if key in _LOG_ROLLOUT_IGNORED:
+            continue
+        if isinstance(value, (list, tuple)):
+            out[key] = torch.cat(value).float().mean().item() if isinstance(value[0], torch.Tensor) else sum(value)
+        elif isinstance(value, torch.Tensor):
+            out[key] = value.float().mean().item()
+        else:
+            raise ValueError(f"Unsupported type: {type(value)} for key: {key}")
+    return out
+
+
 # -- slime/backends/megatron_utils/actor.py ----------------------------------------------------------------
 
 class MegatronTrainRayActor:
@@ -312,6 +339,7 @@ class MegatronTrainRayActor:
             self.compute_log_prob(data_iterator, num_microbatches)
             if args.use_rollout_routing_replay:
                 slime_reference.RoutingReplay.clear_all_forward()
+        log_rollout_data(rollout_id, args, rollout_data)  # train_metric_utils.log_rollout_data
         if args.use_routing_replay:
             os.environ[STAGE] = "replay_backward"
         train(rollout_id, self.model, self.optimizer, self.opt_param_scheduler, data_iterator, num_microbatches,

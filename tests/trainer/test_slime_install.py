@@ -411,12 +411,14 @@ def test_records_in_forwarded_metadata_are_checked_and_replayed(slime_trainer, h
     layout = layout_from_model_path(hf_checkpoints[1])
     tokens = _samples(LENGTHS, seed=90)
     records, _ = _upstream_arrays(layout, tokens, seed=90)
-    metadata = [{"r3_routing": r.to_wire(), "other": i} for i, r in enumerate(records)]
+    metadata = [{"r3_routing": r.to_wire()} for r in records]
+    data = rollout_data(tokens, None, metadata=metadata)
     spy = phased_spy(actor)
     try:
-        actor.train_actor(0, rollout_data(tokens, None, metadata=metadata))
+        actor.train_actor(0, data)  # through log_rollout_data too: the fill took the records out
     finally:
         spy.close()
+    assert "metadata" not in data
     mbs = list(zip(in_slime_order(records), in_slime_order(tokens)))
     from sglang_r3.trainer import find_routers
 
@@ -431,6 +433,11 @@ def test_records_in_forwarded_metadata_are_checked_and_replayed(slime_trainer, h
     other[4] = tokens[4].flip(0)  # same length, other ids: sample 4's record does not belong to them
     with pytest.raises(RecordError, match=r"microbatch 1: sample 0: record was produced for a different token sequence"):
         actor.train_actor(1, rollout_data(other, None, metadata=metadata))
+    # A user's own metadata stays, without the records.
+    kept = rollout_data(tokens, None, metadata=[{**m, "source": i} for i, m in enumerate(metadata)])
+    with pytest.raises(TypeError):  # slime 624b824's log_rollout_data cannot average dicts: the patch ignores the key
+        actor.train_actor(1, kept)
+    assert kept["metadata"] == [{"source": i} for i in range(len(tokens))]
     half = [dict(m) for m in metadata]
     del half[3]["r3_routing"]
     with pytest.raises(RecordError, match=r"4 of 5 samples carry a record in metadata\['r3_routing'\]"):
@@ -495,6 +502,9 @@ def test_install_refuses_naming_what_is_missing(slime_trainer, hf_checkpoints, m
         install(sar.default_args(**kw))
     if before is not None:
         assert getattr(before, "fill_routing_replay", None) is before_fill  # nothing half-installed
+    assert not hasattr(sar.train_one_step, "_r3_slime_health") if hasattr(sar, "train_one_step") else True
+    factory = getattr(slime, "get_routing_replay_compute_topk", None)
+    assert not getattr(factory, "_r3_measuring", False)  # slime's compute_topk factory is not wrapped either
 
 
 def test_several_problems_are_named_together(slime_trainer, hf_checkpoints):
