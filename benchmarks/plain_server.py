@@ -8,7 +8,10 @@ sglang-r3 patch is installed: no capture hooks, no draft wrappers, no response h
 
 On a CPU-only host the CPU runtime is the one thing it shares with ours, because SGLang cannot run
 there without it: the libcuda stub, and ``sglang_r3.patches.cpu`` (torch versions of sgl-kernel's CPU
-speculative ops, TARGET_VERIFY for torch_native attention). SGLang starts its scheduler with the
+speculative ops, TARGET_VERIFY for torch_native attention, gloo process groups for several ranks).
+
+``--upstream-capture`` keeps ``--enable-return-routed-experts``: SGLang's own ``RoutedExpertsCapturer``
+then fills ``routed_experts`` (the tests' oracle for what plain SGLang returns in a configuration). SGLang starts its scheduler with the
 ``spawn`` start method, which re-imports this module in each child as ``__mp_main__``; the import below
 installs the CPU patches there too.
 """
@@ -35,13 +38,22 @@ def main() -> None:
         from sglang_r3.patches.cpu import install_cpu_patches
 
         install_cpu_patches()
-    argv = [a for a in resolve_argv(sys.argv[1:], cpu=cpu) if a != "--enable-return-routed-experts"]
+    upstream = "--upstream-capture" in sys.argv[1:]
+    argv = resolve_argv([a for a in sys.argv[1:] if a != "--upstream-capture"], cpu=cpu)
+    if not upstream:
+        argv = [a for a in argv if a != "--enable-return-routed-experts"]
     from sglang.launch_server import run_server
     from sglang.srt.server_args import prepare_server_args
     from sglang.srt.utils import kill_process_tree
 
+    server_args = prepare_server_args(argv)
+    if cpu:
+        from sglang_r3.cpu import bind_rank_threads
+        from sglang_r3.patches.api import cpu_rank_count
+
+        bind_rank_threads(cpu_rank_count(server_args))
     try:
-        run_server(prepare_server_args(argv))
+        run_server(server_args)
     finally:
         kill_process_tree(os.getpid(), include_parent=False)
 

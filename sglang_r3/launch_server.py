@@ -110,6 +110,10 @@ def prepare(argv: Sequence[str], process: Optional[str] = None):
         check_supported(server_args, argv=sglang_argv)
     except UnsupportedConfigError as exc:
         raise SystemExit(str(exc)) from None  # the message on stderr, exit status 1, no traceback
+    if cpu:
+        from sglang_r3.cpu import bind_rank_threads
+
+        bind_rank_threads(api.cpu_rank_count(server_args))
     return server_args
 
 

@@ -171,11 +171,11 @@ def test_sglang_engine_returns_upstream_rows_and_record_equal_to_our_launcher(en
 
 
 @pytest.mark.server  # engine_run serves an Engine
-def test_sglang_engine_refuses_dp_attention_naming_the_flag_before_any_process_starts(engine_run):
+def test_sglang_engine_refuses_two_batch_overlap_naming_the_flag_before_any_process_starts(engine_run):
     refusal = engine_run["refusal"]
-    assert refusal is not None, "sglang.Engine(enable_dp_attention=True) started"
+    assert refusal is not None, "sglang.Engine(enable_two_batch_overlap=True) started"
     assert refusal["type"] == "UnsupportedConfigError"
-    assert "\n  --enable-dp-attention: " in refusal["message"]
+    assert "\n  --enable-two-batch-overlap: " in refusal["message"]
     assert any("SGLANG_R3_ENABLED=1" in n for n in refusal["notes"])
     assert refusal["children"] == 0
 
@@ -191,9 +191,9 @@ def _refused(cmd: List[str], env=OPT_IN) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_sglang_cli_refuses_dp_attention_naming_the_flag():
-    proc = _refused([sys.executable, "-m", "sglang.launch_server", *_cli_args(["--enable-dp-attention"])])
-    assert "\n  --enable-dp-attention: " in proc.stderr, proc.stderr[-3000:]
+def test_sglang_cli_refuses_two_batch_overlap_naming_the_flag():
+    proc = _refused([sys.executable, "-m", "sglang.launch_server", *_cli_args(["--enable-two-batch-overlap"])])
+    assert "\n  --enable-two-batch-overlap: " in proc.stderr, proc.stderr[-3000:]
     assert "SGLANG_R3_ENABLED=1" in proc.stderr
 
 

@@ -5,6 +5,7 @@ from sglang_r3.cpu.bootstrap import (
     CpuBootstrapError,
     activate_cpu_runtime,
     add_cpu_flags,
+    bind_rank_threads,
     has_gpu,
 )
 
@@ -13,5 +14,6 @@ __all__ = [
     "CpuBootstrapError",
     "activate_cpu_runtime",
     "add_cpu_flags",
+    "bind_rank_threads",
     "has_gpu",
 ]

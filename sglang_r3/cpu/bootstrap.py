@@ -104,6 +104,38 @@ def activate_cpu_runtime() -> Path:
     return stub_dir
 
 
+THREADS_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
+
+
+def _numa_nodes() -> int:
+    nodes = [n for n in os.listdir("/sys/devices/system/node") if n.startswith("node") and n[4:].isdigit()] \
+        if os.path.isdir("/sys/devices/system/node") else []
+    return max(1, len(nodes))
+
+
+def threads_bind(ranks: int, cores: Sequence[int]) -> str:
+    """SGLang's ``SGLANG_CPU_OMP_THREADS_BIND`` for ``ranks`` ranks over ``cores``: contiguous shares
+    when there are enough cores, else ranks share cores round-robin ("0|1|0|1")."""
+    cores = sorted(cores)
+    if ranks <= len(cores):
+        share = len(cores) // ranks
+        groups = [cores[i * share : (i + 1) * share] for i in range(ranks)]
+    else:
+        groups = [[cores[i % len(cores)]] for i in range(ranks)]
+    def spell(g):
+        return f"{g[0]}-{g[-1]}" if g[-1] - g[0] == len(g) - 1 and len(g) > 1 else ",".join(map(str, g))
+
+    return "|".join(spell(g) for g in groups)
+
+
+def bind_rank_threads(ranks: int) -> None:
+    """SGLang's CPU runtime asserts one NUMA node per rank unless it is told which cores each rank
+    gets; with more ranks than nodes (two DP-attention ranks on one socket), say it here, in the
+    launching process, so every scheduler it spawns inherits it. A value the user set is kept."""
+    if ranks > _numa_nodes() and not os.environ.get(THREADS_BIND_ENV):
+        os.environ[THREADS_BIND_ENV] = threads_bind(ranks, sorted(os.sched_getaffinity(0)))
+
+
 def add_cpu_flags(argv: Sequence[str]) -> List[str]:
     """Append SGLang's CPU flags that the user did not set explicitly."""
     out = list(argv)

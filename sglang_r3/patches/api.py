@@ -130,3 +130,9 @@ def metrics_enabled() -> bool:
         return bool(get_observability().enable_metrics)
     except Exception:  # noqa: BLE001 -- runtime context not published in this process
         return False
+
+
+def cpu_rank_count(server_args) -> int:
+    """Scheduler ranks SGLang's CPU runtime binds threads for: its own count in
+    ``distributed/bootstrap._bind_threads_if_cpu`` (dp_size x tp_size x pp_size)."""
+    return int(server_args.dp_size) * int(server_args.tp_size) * int(server_args.pp_size)

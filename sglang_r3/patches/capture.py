@@ -26,6 +26,7 @@ from sglang_r3.capture import CaptureViolation, RoutingCapturer, encode_payload
 from sglang_r3.capture.capturer import CAPTURE_MODE_CODES
 from sglang_r3.capture.payload import PayloadBytes, RoutingUnavailable
 from sglang_r3.metrics import metrics
+from sglang_r3.patches.dp_rows import local_rows_fn
 from sglang_r3.patches.hooks import register
 from sglang_r3.patches.runtime import capturer as _capturer, layout_of
 from sglang_r3.record import token_digest
@@ -66,6 +67,8 @@ def install_our_capturer(original, self, *args, **kwargs):
         )
     num_slots = self.kv_index_translator.capture_token_capacity(self.max_token_pool_size)
     cap = RoutingCapturer(layout, num_slots=num_slots, max_batch_tokens=max_forward_tokens(self), device=self.device)
+    global _local_rows
+    _local_rows = local_rows_fn(cap.max_tokens, layout.topk, self.device)
     set_global_experts_capturer(cap)
     _follow_kv_moves(cap, self.token_to_kv_pool)
     logger.info("sglang-r3 capture: %s, %d KV slots", layout.summary(), num_slots)
@@ -147,6 +150,11 @@ def _init_draft_runner(runner) -> None:
     draft_patch.attach_draft_runner(cap, runner, routers, max_tokens=cap.max_tokens)
 
 
+# This rank's rows of a router's top-k under DP attention / DeepEP (patches/dp_rows.py); None: the
+# router's batch is this scheduler's own.
+_local_rows = None
+
+
 def route_topk_to_capturers(topk_config, layer_id, topk_ids) -> None:
     cap = _capturer()
     if cap is None:
@@ -156,8 +164,15 @@ def route_topk_to_capturers(topk_config, layer_id, topk_ids) -> None:
             up.capture(layer_id=layer_id, topk_indices=topk_ids)
         return
     if topk_config.allow_routed_experts_capture:
+        if _local_rows is not None and (topk_ids := _local_rows(topk_ids)) is None:
+            cap.stats.extra["foreign_layouts"] = cap.stats.extra.get("foreign_layouts", 0) + 1
+            return  # its column stays unseen: the forward's rows are invalidated, not misfiled
         cap.capture(layer_id, topk_ids)
     elif cap.draft is not None and cap.capture_mtp:
+        if _local_rows is not None and (topk_ids := _local_rows(topk_ids)) is None:
+            cap.stats.extra["foreign_layouts"] = cap.stats.extra.get("foreign_layouts", 0) + 1
+            cap.draft.drop_staged()
+            return
         cap.draft.capture(topk_config, topk_ids)
 
 

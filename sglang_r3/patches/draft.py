@@ -123,13 +123,14 @@ def _file_chain_forward(draft: DraftCapturer, fb, graph_replay: bool) -> None:
         # The boundary-KV window (SGLANG_ENABLE_MTP_BOUNDARY_KV_FIX) puts front rows before the verified
         # window; refused at start-up (patches/startup_checks.py), so this is never reached.
         raise RuntimeError("sglang-r3: multi-layer MTP draft-extend with boundary-KV front rows is not captured")
-    pool = fb.req_pool_indices.tolist()
+    bs = fb.batch_size  # DP-attention padding appends dummy requests (pool index 0) after the real ones
+    pool = fb.req_pool_indices.tolist()[:bs]
     lens = getattr(fb, "extend_seq_lens_cpu", None)
-    rows = list(lens) if lens is not None else fb.extend_seq_lens.tolist()
+    rows = (list(lens) if lens is not None else fb.extend_seq_lens.tolist())[:bs]
     accept = getattr(fb.spec_info, "num_accept_tokens", None)
     # After a verify every request has num_draft_tokens rows; its accepted tokens (bonus included) are
     # the verified window. After a prefill the whole chunk is.
-    valid = accept.tolist() if isinstance(accept, torch.Tensor) else rows
+    valid = accept.tolist()[:bs] if isinstance(accept, torch.Tensor) else rows
     draft.file_forward(pool, rows, valid, fb.positions, fb.input_ids, 0, graph_replay=graph_replay)
 
 
@@ -162,8 +163,11 @@ def _file_forward(draft: DraftCapturer, fb, graph_replay: bool) -> None:
         # Nothing routed by an MTP router (idle batch, or capture mode without MTP): skip the bookkeeping.
         draft.drop_staged()
         return
-    pool = fb.req_pool_indices.tolist()
-    n_tokens = int(fb.input_ids.shape[0])
+    # DP-attention padding appends dummy requests (pool index 0) and tokens after the real ones; the
+    # batch size and positions are restored after the forward, input ids are not.
+    bs = fb.batch_size
+    pool = fb.req_pool_indices.tolist()[:bs]
+    n_tokens = int(fb.positions.shape[0])
     counter = _draft_step.get()
     if mode.is_decode() or (counter is not None and not mode.is_extend(include_draft_extend_v2=True)):
         per_req = n_tokens // max(len(pool), 1)  # topk rows per request in a draft-decode step
@@ -172,10 +176,10 @@ def _file_forward(draft: DraftCapturer, fb, graph_replay: bool) -> None:
         step = counter[0]
     else:
         lens = getattr(fb, "extend_seq_lens_cpu", None)
-        rows = list(lens) if lens is not None else fb.extend_seq_lens.tolist()
+        rows = (list(lens) if lens is not None else fb.extend_seq_lens.tolist())[:bs]
         accept = getattr(fb.spec_info, "num_accept_tokens", None)
         # Draft-extend after a verify pads every request to num_draft_tokens rows; only accepted ones are real.
-        valid = accept.tolist() if isinstance(accept, torch.Tensor) else rows
+        valid = accept.tolist()[:bs] if isinstance(accept, torch.Tensor) else rows
         step = 0
     draft.file_forward(pool, rows, valid, fb.positions, fb.input_ids, step, graph_replay=graph_replay)
 

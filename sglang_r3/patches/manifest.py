@@ -8,7 +8,8 @@ not listed or whose signature differs; ``check`` resolves every entry (``python 
 sglang_r3.patches.manifest`` prints the differences, for the next SGLang bump).
 
 Kinds: ``hook`` (SGLang's HookRegistry: around / before / after / replace), ``instance`` (we
-replace a method on one live object), ``route`` (we change the app's route list), ``op`` (we add
+replace a method on one live object), ``adds`` (we add a method a class lacks; SGLang
+defining it stops start-up), ``route`` (we change the app's route list), ``op`` (we add
 operators to a namespace), ``uses`` (we call or read it; a private name is marked in ``why``).
 """
 
@@ -59,6 +60,20 @@ MANIFEST: Tuple[Touch, ...] = (
           "(self, tgt_loc, src_loc)"),
     Touch("sglang.srt.state_capturer.routed_experts.set_global_experts_capturer", "uses",
           "the capturer SGLang's forward ends call", "(capturer)"),
+    # -- DP attention / DeepEP (patches/dp_rows.py) ----------------------------------------------------
+    Touch("sglang.srt.layers.dp_attention.is_dp_attention_enabled", "uses",
+          "whether MoE layers route the DP-gathered batch", "()"),
+    Touch("sglang.srt.layers.dp_attention.get_dp_global_num_tokens", "uses",
+          "the per-rank token counts (as padded for the gather) of the forward being routed", "()"),
+    Touch("sglang.srt.layers.dp_attention.get_global_dp_buffer_len", "uses",
+          "the gathered batch's length: a router that routed another count files nothing", "()"),
+    Touch("sglang.srt.layers.dp_attention.dp_slot_in", "uses", "this rank's slot in the gather", "(per_rank)"),
+    Touch("sglang.srt.layers.dp_attention.attn_tp_all_gather_into_tensor", "uses",
+          "DeepEP: each router's share of the local batch gathered across attention-TP ranks, as upstream",
+          "(output, input)"),
+    Touch("sglang.srt.layers.moe.get_moe_a2a_backend", "uses", "DeepEP scatters tokens across attention-TP ranks",
+          "()"),
+    Touch("sglang.srt.runtime_context.get_parallel", "uses", "the attention-TP width", "()"),
     # -- draft (patches/draft.py) -----------------------------------------------------------------
     Touch(f"{_EAGLE}.EagleDraftWorker.draft", "hook:around",
           "draft guard and step numbering around every draft forward",
@@ -133,6 +148,16 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.speculative.draft_utils.DraftBackendFactory._create_backend", "hook:around",
           "private: the draft attention backend on CPU",
           "(self, backend_name, backend_map, error_template, stamps_children=False)"),
+    Touch("sglang.srt.distributed.parallel_state.init_model_parallel_group", "hook:around",
+          "CPU only: process groups without pynccl (it refuses a CPU device), so TP / DP attention run on gloo",
+          "(group_ranks, local_rank, backend, use_pynccl=None, use_custom_allreduce=None, "
+          "use_message_queue_broadcaster=False, group_name=None, use_mscclpp=None, "
+          "use_torch_symm_mem_allreduce=None, recovered_rank=False, rank_offset=0, max_world_size=None)"),
+    Touch(f"{_TNA}.get_cpu_graph_seq_len_fill_value", "adds",
+          "CPU only: the padded-row sequence length DP-attention padding asks for (1, as Intel AMX's); "
+          "start-up stops if SGLang defines it itself"),
+    Touch("sglang.srt.mem_cache.pool_host.common.ALLOC_MEMORY_FUNCS", "uses",
+          "CPU only: the 'cpu' entry allocates host pools without cudaHostRegister (no GPU to pin for)"),
     Touch("sgl_kernel", "op", "torch versions of the *_cpu speculative ops sgl-kernel's CPU paths call"),
 )
 
@@ -174,6 +199,16 @@ def check(entries: Tuple[Touch, ...] = MANIFEST) -> List[Tuple[str, str]]:
 
     out = []
     for e in entries:
+        if e.kind == "adds":  # the class must be there and still lack it (or hold ours)
+            owner, _, name = e.target.rpartition(".")
+            try:
+                have = getattr(resolve(owner), name, None)
+            except Exception as exc:  # noqa: BLE001
+                out.append((e.target, describe_error(exc)))
+                continue
+            if have is not None and getattr(have, "__module__", "").split(".")[0] != "sglang_r3":
+                out.append((e.target, "SGLang now defines it: sglang-r3's CPU stand-in would replace it"))
+            continue
         try:
             obj = resolve(e.target)
         except Exception as exc:  # noqa: BLE001 -- ImportError, AttributeError, or the module's own error

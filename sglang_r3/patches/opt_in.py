@@ -183,6 +183,11 @@ def refuse_unsupported_before_sglangs_checks(self, *args, **kwargs):
         missing = missing_settings(resolving_view(self))
         if missing:
             raise MissingSettingsError(missing)
+        if on_cpu_runtime():
+            from sglang_r3.cpu import bind_rank_threads
+            from sglang_r3.patches.api import cpu_rank_count
+
+            bind_rank_threads(cpu_rank_count(self))  # before SGLang spawns a scheduler
     except (HookTargetError, UnsupportedConfigError, MissingSettingsError) as err:
         _refuse(err)
     if _http_launch():

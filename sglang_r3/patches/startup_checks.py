@@ -205,15 +205,7 @@ Rule = Iterable[_Hit]
 
 
 def _parallelism(cfg, names, *, resolved) -> Rule:
-    dp_reason = (
-        "with DP attention the MoE layers route the tokens of every DP rank in one gathered batch "
-        "(upstream slices each rank's rows out of it, per DP rank); our capturer assumes the routed "
-        "batch is this scheduler's own batch"
-    )
-    if cfg.enable_dp_attention:  # raw only: resolution turns it into attn_dp_size
-        yield _Hit("enable_dp_attention", None, dp_reason)
-    if cfg.attn_dp_size > 1:
-        yield _Hit("attn_dp_size", cfg.attn_dp_size, dp_reason)
+    # DP attention is served: each rank's rows are cut out of the gathered batch (patches/dp_rows.py).
     if cfg.dwdp_size > 1:
         yield _Hit("dwdp_size", cfg.dwdp_size, (
             "DWDP runs attention DP across the TP ranks and routes each rank's own token shard; "
@@ -239,6 +231,11 @@ def _parallelism(cfg, names, *, resolved) -> Rule:
         ))
 
 
+# All-to-all backends whose scattered tokens patches/dp_rows.py gathers across attention-TP ranks (as
+# upstream's RoutedExpertsCapturer.capture does for exactly these two).
+_GATHERED_A2A = ("deepep", "deepep_v2")
+
+
 def _moe_routing_layout(cfg, names, *, resolved) -> Rule:
     from sglang.srt.runtime_context import attn_tp_size_of
 
@@ -250,13 +247,13 @@ def _moe_routing_layout(cfg, names, *, resolved) -> Rule:
             also += f" and {names.name('ep_size', cfg.ep_size)}"
         scatter = (
             f"the all-to-all scatters each forward's tokens across the {attn_tp} attention-TP ranks, so "
-            "a rank's {router} sees only its slice; upstream all-gathers top-k across attention-TP ranks "
-            "for DeepEP and our capturer does not gather. Expert parallelism without an all-to-all "
-            "backend (--moe-a2a-backend none) is supported"
+            "a rank's {router} sees only its share; sglang-r3 gathers the shares (as upstream does) only for "
+            + " and ".join(_GATHERED_A2A) + ", whose scatter layout it was checked against. Expert parallelism "
+            "without an all-to-all backend (--moe-a2a-backend none) is supported"
         )
-        if cfg.moe_a2a_backend not in (None, "none"):
+        if cfg.moe_a2a_backend not in (None, "none", *_GATHERED_A2A):
             yield _Hit("moe_a2a_backend", cfg.moe_a2a_backend, scatter.format(router="router"), also)
-        if cfg.speculative_moe_a2a_backend not in (None, "none"):
+        if cfg.speculative_moe_a2a_backend not in (None, "none", *_GATHERED_A2A):
             yield _Hit(
                 "speculative_moe_a2a_backend",
                 cfg.speculative_moe_a2a_backend,
@@ -270,8 +267,10 @@ def _moe_routing_layout(cfg, names, *, resolved) -> Rule:
         ))
     if cfg.enable_two_batch_overlap:
         yield _Hit("enable_two_batch_overlap", None, (
-            "each forward is split into two micro-batches that call every router separately; our capturer "
-            "stages one forward's rows by token position and would mix the two halves"
+            "each forward runs as two micro-batches (batch_overlap/two_batch_overlap.py), and each calls "
+            "layers.moe.topk.capture_routed_experts_if_allowed(topk_config, layer_id, topk_ids) with its own "
+            "tokens and no offset into the forward, so the second half's rows land where the first's are "
+            "(upstream's capturer overwrites them the same way); no faithful capture exists in SGLang 0.5.23"
         ))
 
 

@@ -8,7 +8,10 @@
 2. attention (HookRegistry AROUND): TorchNativeAttnBackend.forward_extend gains TARGET_VERIFY,
    .forward_decode multi-step draft decode, DraftBackendFactory._create_backend a torch_native
    draft backend (DRAFT_EXTEND_V2 already works through the stock extend path).
-3. cuda_shims: torch.cuda.synchronize/empty_cache are no-ops without CUDA.
+3. cuda_shims: torch.cuda.synchronize/empty_cache are no-ops without CUDA; host pools are not
+   page-locked (upstream's routed-experts host buffer runs on CPU then).
+4. ranks: more than one rank (TP, DP attention) on CPU: process groups without pynccl, and the
+   padded-row fill value the DP-attention MLP-sync padding asks torch_native for.
 Everything is skipped when CUDA is available; installing twice is a no-op.
 """
 
@@ -37,13 +40,16 @@ def install_cpu_patches() -> None:
 
     from sglang_r3.patches.cpu.attention import HOOKS
     from sglang_r3.patches.hooks import register
-    from sglang_r3.patches.cpu.cuda_shims import install_cuda_shims
+    from sglang_r3.patches.cpu.cuda_shims import install_cuda_shims, install_host_alloc_shim
     from sglang_r3.patches.cpu.spec_ops import register_spec_ops
+    from sglang_r3.patches.cpu import ranks
 
     install_cuda_shims()
+    install_host_alloc_shim()
     added = register_spec_ops()
-    for target, hook in HOOKS:
+    for target, hook in HOOKS + ranks.HOOKS:
         register(target, hook, HookType.AROUND)  # binds or names the target (patches/hooks.py)
+    ranks.add_seq_len_fill_value()
     # Inside load_plugins() SGLang applies registered hooks right after all
     # plugins ran; applying here would mark targets patched and silently drop
     # hooks other plugins register on them later. Called from anywhere else

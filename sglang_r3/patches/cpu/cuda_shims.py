@@ -35,3 +35,19 @@ def install_cuda_shims() -> None:
         return
     for name in ("synchronize", "empty_cache"):
         setattr(torch.cuda, name, _noop_when_no_cuda(getattr(torch.cuda, name)))
+
+
+def _alloc_unpinned(dims, dtype, device, pin_memory, allocator, registration_granularity_bytes=None):
+    # Page-locking is a promise to a GPU's DMA engine; with no GPU the buffer is plain host memory.
+    return allocator.allocate(dims, dtype=dtype, device=device)
+
+
+def install_host_alloc_shim() -> None:
+    """SGLang's host pools (upstream's routed-experts host buffer among them) pin their memory with
+    ``cudaHostRegister``, which fails without CUDA; on the CPU runtime they get the same allocator
+    without the registration."""
+    if torch.cuda.is_available():
+        return
+    from sglang.srt.mem_cache.pool_host.common import ALLOC_MEMORY_FUNCS
+
+    ALLOC_MEMORY_FUNCS["cpu"] = _alloc_unpinned

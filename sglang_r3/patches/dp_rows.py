@@ -1,0 +1,67 @@
+"""This scheduler's rows of a router's top-k when the router does not route only this scheduler's batch.
+
+* DP attention (no all-to-all): every MoE layer routes the tokens of all DP ranks gathered into one
+  buffer, rank ``r``'s tokens at ``sum(padded[:r])`` (``dp_attention._DpGatheredBufferWrapper``; SUM_LEN
+  and MAX_LEN padding and CUDA-graph capture all publish their layout there before the forward).
+  This rank's rows are that window: read from host ints at capture time, so no device->host sync, and
+  a CUDA graph records the window of the shape it was captured for.
+* DeepEP (``--moe-a2a-backend deepep``) with attention-TP > 1: a router sees only this attention-TP
+  rank's share of the local batch; the shares are all-gathered across attention-TP ranks first, as
+  upstream's ``RoutedExpertsCapturer.capture`` does, into a buffer allocated once.
+
+A router whose token count is not the gathered length of this forward gets no rows (``None``): the
+forward's rows are then invalidated, never filed from the wrong window.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+LocalRows = Callable[[torch.Tensor], Optional[torch.Tensor]]
+
+
+def local_rows_fn(max_tokens: int, topk: int, device) -> Optional[LocalRows]:
+    """The function that cuts this rank's rows out of a router's top-k, or None when the router's
+    batch is this scheduler's own (no DP attention, no scattering all-to-all)."""
+    from sglang.srt.layers.dp_attention import is_dp_attention_enabled
+    from sglang.srt.layers.moe import get_moe_a2a_backend
+    from sglang.srt.runtime_context import get_parallel
+
+    backend = get_moe_a2a_backend()
+    if backend.is_deepep() or backend.is_deepep_v2():
+        attn_tp = get_parallel().attn_tp_size
+        return None if attn_tp == 1 else _gathered_across_attn_tp(max_tokens, topk, attn_tp, device)
+    if is_dp_attention_enabled():
+        return _dp_window
+    return None
+
+
+def _dp_window(topk_ids: torch.Tensor) -> Optional[torch.Tensor]:
+    from sglang.srt.layers.dp_attention import dp_slot_in, get_dp_global_num_tokens, get_global_dp_buffer_len
+
+    counts = get_dp_global_num_tokens()
+    if counts is None or topk_ids.shape[0] != get_global_dp_buffer_len():
+        return None  # not the gathered batch this forward published: refuse rather than guess
+    slot = dp_slot_in(counts)
+    start = sum(counts[:slot])
+    return topk_ids[start : start + counts[slot]]
+
+
+def _gathered_across_attn_tp(max_tokens: int, topk: int, attn_tp: int, device) -> LocalRows:
+    from sglang.srt.layers.dp_attention import attn_tp_all_gather_into_tensor
+
+    # Allocated once: a CUDA graph keeps gathering into the storage it was captured with. Routed ids
+    # only (fused shared-expert columns follow them and are never filed).
+    buf = torch.empty((max_tokens * attn_tp, topk), dtype=torch.int32, device=device)
+
+    def gather(topk_ids: torch.Tensor) -> Optional[torch.Tensor]:
+        n = topk_ids.shape[0] * attn_tp
+        if n > buf.shape[0]:
+            return None
+        out = buf[:n]
+        attn_tp_all_gather_into_tensor(out, topk_ids[:, :topk].to(torch.int32).contiguous())
+        return out
+
+    return gather
