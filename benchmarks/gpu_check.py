@@ -10,6 +10,9 @@ about a minute on one GPU. On a machine without CUDA it says so and exits 0, cla
    run of the same inputs gives; the staging storage never changes.
 2. ``draft_capturer_cuda_graph``: the same for ``DraftCapturer`` (draft routers inside a graph,
    filed once per draft forward after replay).
+2b. ``dp_window_cuda_graph``: DP attention's gathered batch (two ranks, a decode graph's layout): rank 1's
+   window (``patches/dp_rows.dp_window``) captured inside a CUDA graph; replays give the rows of rank 1's
+   own tokens routed alone. (DeepEP's attention-TP all-gather needs several GPUs: not checked here.)
 3. ``deferred_copy_side_stream``: ``on_forward_end(no_copy_to_cpu=True)`` under
    ``torch.cuda.set_sync_debug_mode("error")`` (any blocking copy or sync in the forward raises),
    then the copy on a side stream gated by an event, as SGLang's overlap scheduler makes it
@@ -131,6 +134,59 @@ def check_routing_capturer_cuda_graph(device: torch.device) -> str:
     _require(missing_g == missing_e == 0, f"missing rows: graphed {missing_g}, eager {missing_e}")
     _require(torch.equal(rows_g, rows_e), "graph-replayed rows differ from the eager run's")
     return f"4 replays x {n} tokens x 3 MoE layers equal the eager rows; staging storage unchanged"
+
+
+def check_dp_window_cuda_graph(device: torch.device) -> str:
+    """DP attention: the routers route two ranks' tokens gathered; rank 1 captures its window, inside a graph."""
+    from sglang_r3.capture.capturer import RoutingCapturer
+    from sglang_r3.patches.dp_rows import dp_window
+
+    n = 24  # tokens per rank, as a decode graph of 24 records them (MAX_LEN: every rank at the graph's size)
+
+    def rank1(layer, ids):
+        return graphed_or_eager[0].capture(layer, dp_window(ids, [n, n], 1, 2 * n))
+
+    g = torch.Generator(device="cpu").manual_seed(1)
+    weights = [torch.randn(64, E, generator=g).to(device) for _ in range(3)]
+    graphed = RoutingCapturer(_layout(), SLOTS, MAX_TOKENS, device=device)
+    eager = RoutingCapturer(_layout(), SLOTS, MAX_TOKENS, device=device)
+    static_x = torch.zeros(2 * n, 64, device=device)
+    graph = None
+    graphed_or_eager = [graphed]
+    if device.type == "cuda":
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                _routers_forward(weights, static_x, rank1)
+                graphed.on_forward_end(_batch(torch.arange(SLOTS - n, SLOTS, device=device)))
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            _routers_forward(weights, static_x, rank1)
+        graphed.on_forward_end(_batch(torch.arange(SLOTS - n, SLOTS, device=device)))
+    for step in range(4):
+        x = torch.randn(2 * n, 64, generator=g).to(device)
+        slots = torch.arange(step * n, (step + 1) * n, device=device)
+        graphed_or_eager[0] = graphed
+        static_x.copy_(x)
+        if graph is not None:
+            graph.replay()
+        else:
+            _routers_forward(weights, static_x, rank1)
+        graphed.on_forward_end(_batch(slots), can_run_graph=graph is not None)
+        # The oracle: rank 1's own tokens routed alone (a row is a function of its token).
+        _routers_forward(weights, x[n:], eager.capture)
+        eager.on_forward_end(_batch(slots))
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    used = torch.arange(4 * n)
+    rows_g, missing_g = graphed.rows_for_slots(used)
+    rows_e, missing_e = eager.rows_for_slots(used)
+    _require(missing_g == missing_e == 0, f"missing rows: windowed {missing_g}, own batch {missing_e}")
+    _require(torch.equal(rows_g, rows_e), "rank 1's window of the gathered batch differs from its own tokens' rows")
+    how = "4 graph replays" if graph is not None else "4 eager forwards (CPU self-test)"
+    return f"{how}: rank 1's window of a 2 x {n}-token gathered batch equals its own tokens' rows"
 
 
 def check_draft_capturer_cuda_graph(device: torch.device) -> str:
@@ -440,6 +496,7 @@ def check_replay_filler_megatron_cuda(device: torch.device) -> str:
 CHECKS = (
     ("routing_capturer_cuda_graph", check_routing_capturer_cuda_graph),
     ("draft_capturer_cuda_graph", check_draft_capturer_cuda_graph),
+    ("dp_window_cuda_graph", check_dp_window_cuda_graph),
     ("deferred_copy_side_stream", check_deferred_copy_side_stream),
     ("pinned_host_rows", check_pinned_host_rows),
     ("replay_filler_megatron_cuda", check_replay_filler_megatron_cuda),

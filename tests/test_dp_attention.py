@@ -15,13 +15,13 @@ processes, about 6 GB on the CPU runtime), started when the class starts and sto
 from __future__ import annotations
 
 import concurrent.futures as cf
-import sys
 from typing import Dict, List
 
 import httpx
 import numpy as np
 import pytest
 
+from benchmarks.run import PlainServer
 from tests.routing_http import TIMEOUT, flush_cache, greedy, ids, record_of
 from tests.servers import ServerProcess
 from tests.test_launch_paths import OPT_IN, SLIME_OVERRIDES, SlimeLaunchServer
@@ -152,11 +152,3 @@ class TestSlimesLaunchPathAndPlainSGLang:
             assert plain["output_ids"] == ours["output_ids"], prompt
             assert plain["meta_info"]["routed_experts"] == ours["meta_info"]["routed_experts"], prompt
 
-
-class PlainServer(ServerProcess):
-    """``python -m benchmarks.plain_server``: SGLang with no sglang-r3 patch but the CPU runtime's."""
-
-    def start(self) -> "PlainServer":
-        cmd = [sys.executable, "-m", "benchmarks.plain_server", "--port", str(self.port), *self.args]
-        self.spawn(cmd, f"sglang-plain-{self.port}-", self.env)
-        return self

@@ -108,12 +108,17 @@ def max_forward_tokens(runner) -> int:
     chunked = schedule.chunked_prefill_size
     # Without chunked prefill the first request of a prefill batch may be as long as the context.
     prefill = chunked if chunked and chunked > 0 else runner.model_config.context_len
+    # Under DP attention a rank's rows are its window of the gathered batch: its own tokens (MAX_LEN
+    # padding pads to the longest rank, which is bounded the same way), rounded up to a multiple of the
+    # attention-TP width (ForwardBatch.prepare_mlp_sync_batch).
+    from sglang.srt.runtime_context import get_parallel
+
     return int(max(
         prefill,
         schedule.max_prefill_tokens or 0,
         (runner.max_running_requests or 1) * per_req,
         cutedsl_moe_max_num_tokens(),
-    ))
+    )) + get_parallel().attn_tp_size - 1
 
 
 def _follow_kv_moves(cap: RoutingCapturer, kv_pool) -> None:

@@ -15,7 +15,7 @@ forward's rows are then invalidated, never filed from the wrong window.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -42,9 +42,17 @@ def _dp_window(topk_ids: torch.Tensor) -> Optional[torch.Tensor]:
     from sglang.srt.layers.dp_attention import dp_slot_in, get_dp_global_num_tokens, get_global_dp_buffer_len
 
     counts = get_dp_global_num_tokens()
-    if counts is None or topk_ids.shape[0] != get_global_dp_buffer_len():
+    if counts is None:
+        return None
+    return dp_window(topk_ids, counts, dp_slot_in(counts), get_global_dp_buffer_len())
+
+
+def dp_window(topk_ids: torch.Tensor, counts: Sequence[int], slot: int, gathered: int) -> Optional[torch.Tensor]:
+    """Rank ``slot``'s rows of a router's top-k over the gathered batch (``counts`` per rank, as padded
+    for the gather); None when the router did not route the ``gathered`` tokens. Host ints only: a
+    view, no sync (benchmarks/gpu_check.py records it in a CUDA graph)."""
+    if topk_ids.shape[0] != gathered:
         return None  # not the gathered batch this forward published: refuse rather than guess
-    slot = dp_slot_in(counts)
     start = sum(counts[:slot])
     return topk_ids[start : start + counts[slot]]
 
