@@ -378,3 +378,46 @@ def test_refused_launch_exits_nonzero_naming_the_flag_before_sglang_starts():
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     # SGLang logs its resolved arguments as it starts launching its processes; it never got there.
     assert "server_args=" not in proc.stderr + proc.stdout
+
+
+# -- sliding-window layers on the CPU runtime -----------------------------------------------------------
+
+
+def test_cpu_launch_of_a_sliding_window_model_gets_one_full_kv_pool(sglang_args, tmp_path):
+    # Step-3.5 has sliding-window layers (SGLang gives them a KV pool of their own unless told not to):
+    # our launcher adds --disable-hybrid-swa-memory on the CPU runtime, and SGLang's model config agrees.
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang.srt.arg_groups.overrides import resolving_view
+
+    flags = [f for f in _step3p5_dir(tmp_path) if f != "--disable-hybrid-swa-memory"]
+    server_args = _check(sglang_args, flags)
+    view = resolving_view(server_args)
+    assert view.disable_hybrid_swa_memory
+    assert not model_config_of(view).is_hybrid_swa
+
+
+def test_opt_in_launch_of_a_sliding_window_model_on_cpu_without_one_full_pool_is_refused(sglang_args, tmp_path):
+    # SGLang's own launchers under SGLANG_R3_ENABLED=1 add nothing: the missing setting is named.
+    from sglang.srt.arg_groups.overrides import resolving_view
+
+    from sglang_r3.patches.opt_in import missing_settings
+
+    argv = ["--model-path", _step3p5_dir(tmp_path)[1], "--enable-return-routed-experts", "--device", "cpu",
+            "--attention-backend", "torch_native", "--disable-overlap-schedule", "--disable-cuda-graph"]
+    server_args = sglang_args(argv)
+    server_args.resolve_once()
+    assert os.environ.get("SGLANG_R3_CPU") == "1"  # the fixture prepared the CPU runtime
+    missing = missing_settings(resolving_view(server_args))
+    assert [m.flag for m in missing] == ["--disable-hybrid-swa-memory"], missing
+    assert "sliding-window" in missing[0].reason
+    # The embedded GLM model has no sliding-window layers: nothing to add.
+    plain = sglang_args(["--model-path", _embedded(), "--enable-return-routed-experts", "--device", "cpu",
+                         "--attention-backend", "torch_native", "--disable-overlap-schedule", "--disable-cuda-graph"])
+    plain.resolve_once()
+    assert missing_settings(resolving_view(plain)) == []
+
+
+def _embedded() -> str:
+    from sglang_r3.embedded import ensure_embedded_model
+
+    return str(ensure_embedded_model())

@@ -30,6 +30,10 @@ CPU_SERVER_FLAGS: List[tuple] = [
     ("--disable-cuda-graph", None),
     # An idle scheduler busy-polls its sockets; on a CPU host that steals the cores the model runs on.
     ("--sleep-on-idle", None),
+    # SGLang 0.5.23's torch_native backend reads a hybrid-SWA model's separate sliding-window KV pool by
+    # full-pool slot ids (past its size an IndexError, below it another slot's KV); one full pool with the
+    # window applied as a mask (as torch_native does) is exact. No effect on models without SWA layers.
+    ("--disable-hybrid-swa-memory", None),
 ]
 
 _STUB_SOURCE = "libcuda_stub.c"

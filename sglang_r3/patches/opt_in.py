@@ -114,11 +114,26 @@ def missing_settings(cfg) -> List[Missing]:
             out.append(Missing("--disable-overlap-schedule", why))
         if not _cuda_graphs_off(cfg):
             out.append(Missing("--disable-cuda-graph", f"{why} (CUDA graphs need a GPU)"))
+        if _hybrid_swa_pool(cfg):
+            out.append(Missing("--disable-hybrid-swa-memory", (
+                f"{why}: this model has sliding-window layers, and SGLang 0.5.23's torch_native backend reads "
+                "their separate KV pool by full-pool slot ids (another slot's KV, or an IndexError); one full pool "
+                "with the window as a mask is exact"
+            )))
     value = os.environ.get(DEFAULT_ROUTING_ENV)
     if value and value not in DEFAULT_ROUTING_CHOICES:
         out.append(Missing(f"{DEFAULT_ROUTING_ENV}={'|'.join(DEFAULT_ROUTING_CHOICES)} (environment variable)",
                            f"got {value!r}; it says which routing a /generate that does not ask gets"))
     return out
+
+
+def _hybrid_swa_pool(cfg) -> bool:
+    """Whether SGLang would give this model's sliding-window layers a KV pool of their own."""
+    if cfg.disable_hybrid_swa_memory:
+        return False
+    from sglang.srt.arg_groups.model_override_base import model_config_of
+
+    return bool(model_config_of(cfg).is_hybrid_swa)
 
 
 # -- the hooks ----------------------------------------------------------------------------------
