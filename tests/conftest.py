@@ -12,11 +12,33 @@ import pytest
 import torch
 
 from benchmarks.soak import SOAK_SERVER_ENV, SOAK_SERVER_FLAGS
+from tests import children
 from tests.servers import ServerProcess
 from tests.tiers import *  # noqa: F401,F403  (the tier hooks: tests/tiers.py)
 
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_configure(config):
+    children.install()  # a run stopped by SIGTERM / SIGINT reaps its servers, gateways and Ray first
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    try:
+        return (yield)
+    finally:
+        children.reclaim()  # a fixture may have called ray.init, which takes SIGTERM for itself
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    children.reclaim()
+    try:
+        return (yield)
+    finally:
+        children.reclaim()
 
 ADMIN_KEY = "r3-admin-test-key"
 

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 import httpx
 
 from sglang_r3.fleet.gateway import free_port, log_tail, stop_process_group
+from tests import children
 
 STARTUP_TIMEOUT_S = float(os.environ.get("SGLANG_R3_TEST_STARTUP_TIMEOUT", "600"))
 
@@ -28,8 +29,9 @@ class ChildProcess:
         fd, path = tempfile.mkstemp(prefix=log_prefix, suffix=".log")
         self.log_path = Path(path)
         log = os.fdopen(fd, "w")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, **(env or {})})
+        # Own session, reaped if the run is stopped, killed with this process (tests/children.py).
+        self.proc = children.spawn(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        log.close()  # the child holds its own copy
 
     def stop(self) -> None:
         stop_process_group(self.proc)
