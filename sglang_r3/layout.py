@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from sglang_r3 import families
 from sglang_r3.config_view import ConfigError, ConfigView, view_of
 
 ROLE_DENSE = "dense"
@@ -183,15 +184,10 @@ def _hash_structure(layout: ModelLayout) -> str:
 
 
 # ---------------------------------------------------------------------------
-# From HF configs
-#
-# Each family's rule mirrors what SGLang 0.5.23 builds (sglang/srt/models/...),
-# not what transformers would build: a routing record comes from SGLang, so its
-# rows must be the layers SGLang actually routes. Where the two disagree on a
-# config we refuse it rather than guess.
+# From HF configs: the family's rule (sglang_r3.families) says what SGLang 0.5.23 builds.
 # ---------------------------------------------------------------------------
 
-_ABSENT = object()
+SUPPORTED_ARCHITECTURES: Sequence[str] = families.SUPPORTED_ARCHITECTURES
 
 
 def _architecture(view: ConfigView) -> str:
@@ -203,154 +199,13 @@ def _architecture(view: ConfigView) -> str:
     return view.architecture
 
 
-def _int(view: ConfigView, key: str, arch: str, default: Any = _ABSENT) -> int:
-    """A required (or defaulted) integer field, read under any spelling its config class accepts,
-    with an error that names it."""
-    value = view.get(key)
-    if value is None:
-        if default is _ABSENT:
-            stored = view.stored_name(key)
-            spelled = f" (stored as {stored!r})" if stored != key else ""
-            raise LayoutError(f"{arch} config is missing {key!r}{spelled}, which its layout rule needs")
-        return default
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise LayoutError(f"{arch} config has a non-integer {key!r}: {value!r}") from None
-
-
-def _mtp_count(view: ConfigView, arch: str, default: int) -> int:
-    # DeepSeek/GLM/MiMo spell it num_nextn_predict_layers (transformers' alias: num_mtp_layers),
-    # Qwen3.5 spells it mtp_num_hidden_layers (in text_config); Qwen3-Next's published config has
-    # neither (see _QWEN_MTP_DEFAULT). A present 0 means "no MTP".
-    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
-        if view.get(key) is not None:
-            return _int(view, key, arch)
-    return default
-
-
-def _stack(L: int, is_moe, E: int, k: int, n_mtp: int, mtp_moe: bool) -> List[LayerInfo]:
-    layers = [LayerInfo(i, ROLE_MOE, None, E, k) if is_moe(i) else LayerInfo(i, ROLE_DENSE) for i in range(L)]
-    e, t = (E, k) if mtp_moe else (0, 0)
-    return layers + [LayerInfo(L + j, ROLE_MTP, j + 1, e, t) for j in range(n_mtp)]
-
-
-def _first_k_dense(v, arch, freq: int) -> List[LayerInfo]:
-    # MoE iff layer >= first_k_dense_replace and layer % freq == 0; NextN
-    # layers are always sparse (`_is_layer_sparse`: `is_nextn or ...`).
-    L = _int(v, "num_hidden_layers", arch)
-    E = _int(v, "n_routed_experts", arch)
-    k = _int(v, "num_experts_per_tok", arch)
-    first_dense = _int(v, "first_k_dense_replace", arch)
-    n_mtp = _mtp_count(v, arch, default=0)
-    return _stack(L, lambda i: i >= first_dense and i % freq == 0, E, k, n_mtp, mtp_moe=True)
-
-
-def _deepseek(v, arch) -> List[LayerInfo]:
-    """DeepSeek-V2/V3 (deepseek_v2.py `_is_layer_sparse`). moe_layer_freq
-    defaults to 1 as in DeepseekV2Config; V3 publishes 1."""
-    return _first_k_dense(v, arch, freq=_int(v, "moe_layer_freq", arch, default=1))
-
-
-def _glm4_moe(v, arch) -> List[LayerInfo]:
-    """GLM-4.5/4.7 (glm4_moe.py `_is_layer_sparse`): SGLang, like
-    transformers, ignores moe_layer_freq for Glm4Moe, so we do too."""
-    return _first_k_dense(v, arch, freq=1)
-
-
-# Qwen3-Next checkpoints ship one MTP layer (mtp.* tensors) but their config
-# declares no count; SGLang's draft sets num_nextn_predict_layers = 1 for it
-# (configs/model_config.py `_config_draft_model`).
-_QWEN_MTP_DEFAULT = {"Qwen3NextForCausalLM": 1}
-
-
-def _qwen_moe(v, arch) -> List[LayerInfo]:
-    """Qwen2-MoE, Qwen3-MoE, Qwen3-Next, Qwen3.5-MoE: SGLang builds every
-    decoder layer (linear- or full-attention alike) and the MTP layer sparse
-    (`stage_facts`: "all layers are sparse"; `_qwen3_5_is_moe`). transformers
-    would honour decoder_sparse_step / mlp_only_layers, SGLang does not, so a
-    config that uses them has no layout SGLang can serve."""
-    L = _int(v, "num_hidden_layers", arch)
-    E = _int(v, "num_experts", arch)
-    k = _int(v, "num_experts_per_tok", arch)
-    step = _int(v, "decoder_sparse_step", arch, default=1)
-    dense_only = list(v.get("mlp_only_layers") or [])
-    if step != 1 or dense_only:
-        raise LayoutError(
-            f"{arch}: decoder_sparse_step={step}, mlp_only_layers={dense_only} put dense MLPs in some "
-            f"layers, but SGLang builds every {arch} layer as MoE; refusing a layout SGLang would not serve"
-        )
-    n_mtp = _mtp_count(v, arch, default=_QWEN_MTP_DEFAULT.get(arch, 0))
-    return _stack(L, lambda i: True, E, k, n_mtp, mtp_moe=True)
-
-
-def _mimo(v, arch) -> List[LayerInfo]:
-    """MiMo-7B: a dense Qwen2-style model; its MTP layers are dense Qwen2
-    decoder layers too (mimo_mtp.py), so they carry no router."""
-    L = _int(v, "num_hidden_layers", arch)
-    return _stack(L, lambda i: False, 0, 0, _mtp_count(v, arch, default=0), mtp_moe=False)
-
-
-def _every_layer_moe(v, arch) -> List[LayerInfo]:
-    """Mixtral (block_sparse_moe), OLMoE: every layer is MoE; no MTP. Both classes accept
-    num_local_experts (OLMoE stores it as num_experts)."""
-    L = _int(v, "num_hidden_layers", arch)
-    E = _int(v, "num_local_experts", arch)
-    k = _int(v, "num_experts_per_tok", arch)
-    return _stack(L, lambda i: True, E, k, 0, mtp_moe=True)
-
-
-# step3p5_mtp.py builds every MTP layer's block as Step3p5DecoderLayer(layer_id=45) ("FIXME"): each
-# depth reads layer 45's entries of moe_layers_enum / layer_types / swiglu_limits.
-_STEP3P5_MTP_LAYER_ID = 45
-
-
-def _step3p5(v, arch) -> List[LayerInfo]:
-    """Step-3.5 (step3p5.py `_is_moe_layer`): a decoder layer is MoE iff its id is in moe_layers_enum;
-    moe_num_experts experts, moe_top_k. Its K = num_nextn_predict_layers MTP layers (step3p5_mtp.py,
-    one per draft step under multi-layer EAGLE) are all built as layer 45, so each is MoE iff 45 is in
-    moe_layers_enum. A config whose MTP layers would be built otherwise than it says (decoder count
-    not 45, or ids 45..45+K-1 not all MoE or all dense) is refused."""
-    L = _int(v, "num_hidden_layers", arch)
-    E = _int(v, "moe_num_experts", arch)
-    k = _int(v, "moe_top_k", arch)
-    enum = v.get("moe_layers_enum")
-    if enum is None:
-        raise LayoutError(f"{arch} config is missing 'moe_layers_enum', which its layout rule needs")
-    sparse = {int(x) for x in enum}
-    n_mtp = _mtp_count(v, arch, default=0)
-    if n_mtp:
-        if L != _STEP3P5_MTP_LAYER_ID:
-            raise LayoutError(
-                f"{arch}: num_hidden_layers={L}, but SGLang 0.5.23 builds every Step-3.5 MTP layer as layer "
-                f"{_STEP3P5_MTP_LAYER_ID} (step3p5_mtp.py); refusing a layout SGLang would not serve"
-            )
-        says = {L + j: (L + j) in sparse for j in range(n_mtp)}
-        if len(set(says.values())) > 1:
-            raise LayoutError(
-                f"{arch}: moe_layers_enum makes MTP layers {sorted(i for i, s in says.items() if s)} MoE and "
-                f"{sorted(i for i, s in says.items() if not s)} dense, but SGLang 0.5.23 builds all of them as "
-                f"layer {_STEP3P5_MTP_LAYER_ID}; refusing a layout SGLang would not serve"
-            )
-    return _stack(L, lambda i: i in sparse, E, k, n_mtp, mtp_moe=_STEP3P5_MTP_LAYER_ID in sparse)
-
-
-_FAMILIES = {
-    "Glm4MoeForCausalLM": _glm4_moe,
-    "DeepseekV3ForCausalLM": _deepseek,
-    "DeepseekV2ForCausalLM": _deepseek,
-    "Qwen3MoeForCausalLM": _qwen_moe,
-    "Qwen2MoeForCausalLM": _qwen_moe,
-    "Qwen3NextForCausalLM": _qwen_moe,
-    "Qwen3_5MoeForConditionalGeneration": _qwen_moe,
-    "Qwen3_5MoeForCausalLM": _qwen_moe,
-    "MiMoForCausalLM": _mimo,
-    "MixtralForCausalLM": _every_layer_moe,
-    "OlmoeForCausalLM": _every_layer_moe,
-    "Step3p5ForCausalLM": _step3p5,
-}
-
-SUPPORTED_ARCHITECTURES: Sequence[str] = tuple(_FAMILIES)
+def layers_of(stack: families.Stack) -> List[LayerInfo]:
+    """The layers a family rule's ``Stack`` describes: decoder layers 0..L-1, then MTP depth d at L+d-1."""
+    L, E, k = stack.num_hidden_layers, stack.num_experts, stack.topk
+    moe = set(stack.moe)
+    layers = [LayerInfo(i, ROLE_MOE, None, E, k) if i in moe else LayerInfo(i, ROLE_DENSE) for i in range(L)]
+    e, t = (E, k) if stack.mtp_moe else (0, 0)
+    return layers + [LayerInfo(L + j, ROLE_MTP, j + 1, e, t) for j in range(stack.num_mtp)]
 
 
 def _view(config: Any) -> ConfigView:
@@ -371,16 +226,21 @@ def layout_from_hf_config(config: Any) -> ModelLayout:
     """
     view = _view(config)
     arch = _architecture(view)
-    family = _FAMILIES.get(arch)
-    if family is None:
+    family = families.family_of(arch)
+    if family is None or family.rule is None:
+        why = (f"{family.name}: {family.refusal}" if family is not None
+               else "sglang-r3 has no rule for it (not proven against the module tree SGLang builds)")
         raise LayoutError(
-            f"no layout rule for architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"no layout rule for architecture {arch!r} ({why}); supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    layers = family(view, arch)
+    try:
+        stack = family.rule(view, arch)
+    except families.RuleError as e:
+        raise LayoutError(str(e)) from None
     return ModelLayout(
         architecture=arch,
-        num_hidden_layers=_int(view, "num_hidden_layers", arch),
-        layers=tuple(layers),
+        num_hidden_layers=stack.num_hidden_layers,
+        layers=tuple(layers_of(stack)),
         config_digest=_digest(view),
     )
 

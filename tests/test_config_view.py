@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_r3.config_view import CONFIG_MODEL_TYPES, ConfigError, facts_table, is_routing_key, view_of
+from sglang_r3.families import FAMILIES
 
 transformers = pytest.importorskip("transformers")
 hf_common = pytest.importorskip("sglang.srt.utils.hf_transformers.common")
@@ -75,7 +76,7 @@ def test_alias_and_default_table_is_the_config_class_sglang_builds(model_type):
     defaults = {
         aliases.get(k, k): v
         for k, v in _field_defaults(cls).items()
-        if (is_routing_key(k) or k in aliases) and v is not None
+        if (is_routing_key(k, model_type) or k in aliases) and v is not None
     }
     defaults.setdefault("rope_theta", getattr(cls, "default_theta", None))
     table_aliases, table_defaults = facts_table()[model_type]
@@ -117,14 +118,9 @@ def _perturbations():
                 yield pytest.param(mt, key, new, id=f"{mt}-{key}")
 
 
-# Architectures SGLang dispatches on, per model type (only to make the configs complete).
-_ARCH = {
-    "glm4_moe": "Glm4MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
-    "deepseek_v2": "DeepseekV2ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
-    "qwen2_moe": "Qwen2MoeForCausalLM", "qwen3_next": "Qwen3NextForCausalLM",
-    "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM", "mixtral": "MixtralForCausalLM", "olmoe": "OlmoeForCausalLM",
-    "step3p5": "Step3p5ForCausalLM",
-}
+# Architectures SGLang dispatches on, per model type (only to make the configs complete): the registry's
+# last architecture of each model type (Qwen3.5: its text-only Qwen3_5MoeForCausalLM).
+_ARCH = {mt: arch for fam in FAMILIES for arch, mt in fam.architectures.items() if mt}
 # Attention widths a class validates together: changed as a consistent trio.
 _WIDTHS = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
 _WIDTHS_CHANGED = {"hidden_size": 128, "num_attention_heads": 8, "num_key_value_heads": 4}

@@ -342,8 +342,8 @@ def _speculative(cfg, names, *, resolved) -> Rule:
 
 # Multi-layer EAGLE (MultiLayerEagleWorkerV2) is captured for these architectures only: the ones whose
 # layout rule, draft runners and chained draft-extend rows were proven against a spec-off server
-# (tests/test_multi_layer_mtp.py).
-_MULTI_LAYER_MTP_ARCHITECTURES = ("Step3p5ForCausalLM",)
+# (tests/test_multi_layer_mtp.py); the family registry (sglang_r3.families, ``multi_layer_capture``) says which.
+from sglang_r3.families import MULTI_LAYER_MTP_ARCHITECTURES as _MULTI_LAYER_MTP_ARCHITECTURES  # noqa: E402
 
 
 def _multi_layer_eagle(cfg) -> Rule:

@@ -1,0 +1,500 @@
+"""The one registry of model families sglang-r3 describes: one entry per family.
+
+Each ``Family`` says everything sglang-r3 knows about it, in one place:
+
+* ``architectures``: the ``architectures[0]`` values SGLang dispatches on, each with the ``model_type`` of the
+  config class SGLang builds for it (a config dict without ``model_type`` is read as that class);
+* ``facts``: per model type, what that config class says (attribute-map aliases, routing-relevant defaults,
+  the values its ``__post_init__`` derives, keys only this class names) -- read by ``config_view``;
+* ``rule``: which decoder layers SGLang 0.5.23 builds with a router, their experts and top-k, and its MTP
+  layers -- read by ``layout``; ``None`` with a ``refusal``: a family SGLang serves whose routing sglang-r3
+  cannot describe exactly, refused at start-up with that reason;
+* ``mtp``: how SGLang drafts with its MTP layers (``none``, ``nextn``: one NextN/MTP layer reused per step,
+  ``multi_layer``: one layer per draft step, ``MultiLayerEagleWorkerV2``), and whether multi-layer capture is
+  proven (``multi_layer_capture``, read by the start-up checks).
+
+No SGLang, no transformers: the trainer computes layouts and fingerprints from this table.
+tests/test_config_view.py checks ``facts`` against the installed config classes, tests/test_layout.py the
+rules against published configs, and tests/test_sweep.py every MoE architecture in SGLang's registry
+against the module tree SGLang (and transformers, where it has the class) builds from a tiny config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+
+class ConfigError(ValueError):
+    """A config whose spellings contradict each other."""
+
+
+class RuleError(ValueError):
+    """A config a family's layout rule cannot describe (``layout`` raises it as a LayoutError)."""
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What one config class says: ``attribute_map`` (alias -> stored name), the defaults of its
+    routing-relevant fields (``rope_theta``: the class's ``default_theta``), what its ``__post_init__``
+    derives, and ``routing_keys``: routing-relevant keys only this class names (added to
+    ``config_view.ROUTING_CONFIG_KEYS`` for it alone, so another family's fingerprint never moves)."""
+
+    aliases: Mapping[str, str]
+    defaults: Mapping[str, Any]
+    derive: Tuple[Callable[[Dict[str, Any]], None], ...] = ()
+    routing_keys: Tuple[str, ...] = ()
+
+
+MTP_NONE = "none"
+MTP_NEXTN = "nextn"
+MTP_MULTI_LAYER = "multi_layer"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What a rule says SGLang builds: ``num_hidden_layers`` decoder layers, those in ``moe`` with a
+    router over ``num_experts`` experts picking ``topk``; then ``num_mtp`` MTP layers (routed iff
+    ``mtp_moe``)."""
+
+    num_hidden_layers: int
+    moe: Tuple[int, ...]
+    num_experts: int
+    topk: int
+    num_mtp: int = 0
+    mtp_moe: bool = False
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # how the README's table names it
+    architectures: Mapping[str, str]  # architecture -> model_type of the config class SGLang builds
+    facts: Mapping[str, Facts] = field(default_factory=dict)  # model_type -> what its class says
+    rule: Optional[Callable[[Any, str], Stack]] = None
+    refusal: str = ""  # why there is no rule (start-up refusal text); "" when there is one
+    mtp: str = MTP_NONE
+    multi_layer_capture: bool = False  # multi-layer EAGLE captured (proven: tests/test_multi_layer_mtp.py)
+    # Multimodal wrappers: outer model_type -> model_type of their text_config, for files whose
+    # text_config names none.
+    text_model_types: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if (self.rule is None) == (not self.refusal):
+            raise ValueError(f"family {self.name!r}: exactly one of rule / refusal")
+
+
+# --- what each class's __post_init__ / __init__ derives (same order as there) ------------------------
+
+
+def _kv_heads_default_to_heads(d: Dict[str, Any]) -> None:
+    if d.get("num_key_value_heads") is None and d.get("num_attention_heads") is not None:
+        d["num_key_value_heads"] = d["num_attention_heads"]
+
+
+def _deepseek_v3_head_dim(d: Dict[str, Any]) -> None:
+    # configuration_deepseek_v3.py: head_dim = qk_rope_head_dim, whatever the file says.
+    d["head_dim"] = d.get("qk_rope_head_dim")
+
+
+def _deepseek_v2_head_dim(d: Dict[str, Any]) -> None:
+    # configuration_deepseek_v2.py: head_dim = qk_rope_head_dim, else hidden_size // heads.
+    d["head_dim"] = d.get("qk_rope_head_dim")
+    if d["head_dim"] is None and d.get("hidden_size") and d.get("num_attention_heads"):
+        d["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
+
+
+def _mlp_only_layers_list(d: Dict[str, Any]) -> None:
+    if d.get("mlp_only_layers") is None:
+        d["mlp_only_layers"] = []
+
+
+def _qwen3_moe_sliding_window(d: Dict[str, Any]) -> None:
+    # configuration_qwen3_moe.py: a window only when use_sliding_window.
+    if not d.get("use_sliding_window"):
+        d["sliding_window"] = None
+
+
+def _qwen2_moe_window_and_layer_types(d: Dict[str, Any]) -> None:
+    # configuration_qwen2_moe.py __post_init__.
+    use = bool(d.get("use_sliding_window"))
+    if not use:
+        d["sliding_window"] = 0
+    if d.get("layer_types") is None and d.get("num_hidden_layers") is not None:
+        window_layers = d.get("max_window_layers")
+        d["layer_types"] = [
+            "sliding_attention" if (i + 1) % 2 and use and window_layers is not None and i < window_layers
+            else "full_attention"
+            for i in range(int(d["num_hidden_layers"]))
+        ]
+
+
+def _glm4_moe_partial_rotary(d: Dict[str, Any]) -> None:
+    # configuration_glm4_moe.py: kwargs.setdefault("partial_rotary_factor", 0.5).
+    d.setdefault("partial_rotary_factor", 0.5)
+
+
+def _qwen_hybrid_layer_types(d: Dict[str, Any]) -> None:
+    # SGLang's Qwen3NextConfig (and Qwen3.5's, its subclass) keeps full_attention_interval and builds
+    # layers_block_type from it; layer_types it drops. transformers' Qwen3-Next writes layer_types
+    # instead. Both describe the same attention pattern: keep it once, as layer_types.
+    interval = d.pop("full_attention_interval", None)
+    if interval is None or d.get("num_hidden_layers") is None:
+        return
+    derived = [
+        "full_attention" if (i + 1) % int(interval) == 0 else "linear_attention"
+        for i in range(int(d["num_hidden_layers"]))
+    ]
+    given = d.get("layer_types")
+    if given is not None and list(given) != derived:
+        raise ConfigError(
+            f"layer_types {list(given)} disagree with full_attention_interval={interval} "
+            f"(SGLang builds the layers from full_attention_interval)"
+        )
+    d["layer_types"] = derived
+
+
+def _step3p5_fields(d: Dict[str, Any]) -> None:
+    # SGLang's configs/step3p5.py: the share_expert_dims keyword is stored as share_expert_dim (default
+    # 1280); yarn_only_types None becomes []. moe_layers_enum is a "3,4,..." string in published files
+    # and a tuple of ints as the class default; SGLang's _is_moe_layer splits the string. One spelling: a
+    # list of ints.
+    dims = d.pop("share_expert_dims", None)
+    if d.get("share_expert_dim") is None:
+        d["share_expert_dim"] = 1280 if dims is None else dims
+    if d.get("yarn_only_types") is None:
+        d["yarn_only_types"] = []
+    enum = d.get("moe_layers_enum")
+    if isinstance(enum, str):
+        try:
+            d["moe_layers_enum"] = [int(x) for x in enum.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"moe_layers_enum must be comma-separated layer ids, got {enum!r}") from None
+    elif enum is not None:
+        d["moe_layers_enum"] = [int(x) for x in enum]
+
+
+
+# Generated from the config classes SGLang 0.5.23 builds (transformers 5.19.0's, and SGLang's own for
+# qwen3_next / qwen3_5_moe_text); tests/test_config_view.py regenerates it and compares. Only
+# routing-relevant fields, None defaults left out (a None is never hashed).
+_QWEN_HYBRID_FACTS = Facts(
+    aliases={},
+    defaults={"attention_bias": False, "decoder_sparse_step": 1, "head_dim": 256, "hidden_act": "silu",
+              "hidden_size": 2048, "intermediate_size": 5632, "linear_conv_kernel_dim": 4,
+              "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+              "linear_value_head_dim": 128, "max_position_embeddings": 32768, "mlp_only_layers": [],
+              "moe_intermediate_size": 512, "norm_topk_prob": True, "num_attention_heads": 16, "num_experts": 512,
+              "num_experts_per_tok": 10, "num_hidden_layers": 48, "num_key_value_heads": 2,
+              "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+              "shared_expert_intermediate_size": 512, "tie_word_embeddings": False, "vocab_size": 151936},
+    derive=(_qwen_hybrid_layer_types,),
+)
+
+_GLM4_MOE = Facts(
+    aliases={"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
+    defaults={"attention_bias": False, "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 4096,
+              "intermediate_size": 10944, "max_position_embeddings": 131072, "moe_intermediate_size": 1408,
+              "n_group": 1, "n_routed_experts": 128, "n_shared_experts": 1, "norm_topk_prob": True,
+              "num_attention_heads": 96, "num_experts_per_tok": 8, "num_hidden_layers": 46,
+              "num_key_value_heads": 8, "num_nextn_predict_layers": 1, "rms_norm_eps": 1e-05,
+              "rope_theta": 10000.0, "routed_scaling_factor": 1.0, "tie_word_embeddings": False,
+              "topk_group": 1, "use_qk_norm": False, "vocab_size": 151552},
+    derive=(_glm4_moe_partial_rotary,),
+)
+
+_DEEPSEEK_V3 = Facts(
+    aliases={"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
+    defaults={"attention_bias": False, "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
+              "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 4096,
+              "moe_intermediate_size": 2048, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1,
+              "norm_topk_prob": True, "num_attention_heads": 128, "num_experts_per_tok": 8,
+              "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
+              "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+              "rope_interleave": True, "rope_theta": 10000.0, "routed_scaling_factor": 2.5,
+              "tie_word_embeddings": False, "topk_group": 4, "v_head_dim": 128, "vocab_size": 129280},
+    derive=(_kv_heads_default_to_heads, _deepseek_v3_head_dim),
+)
+
+_DEEPSEEK_V2 = Facts(
+    aliases={"num_experts": "n_routed_experts"},
+    defaults={"attention_bias": False, "first_k_dense_replace": 0, "hidden_act": "silu", "hidden_size": 4096,
+              "intermediate_size": 11008, "kv_lora_rank": 512, "max_position_embeddings": 2048,
+              "moe_intermediate_size": 1407, "n_routed_experts": 64, "n_shared_experts": 2,
+              "norm_topk_prob": False, "num_attention_heads": 32, "num_hidden_layers": 32, "q_lora_rank": 1536,
+              "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+              "routed_scaling_factor": 1.0, "tie_word_embeddings": False, "topk_method": "greedy",
+              "v_head_dim": 128, "vocab_size": 102400},
+    derive=(_deepseek_v2_head_dim, _kv_heads_default_to_heads),
+)
+
+_QWEN3_MOE = Facts(
+    aliases={"num_experts": "num_local_experts"},
+    defaults={"attention_bias": False, "decoder_sparse_step": 1, "hidden_act": "silu", "hidden_size": 2048,
+              "intermediate_size": 6144, "max_position_embeddings": 32768, "moe_intermediate_size": 768,
+              "norm_topk_prob": False, "num_attention_heads": 32, "num_experts_per_tok": 8,
+              "num_hidden_layers": 24, "num_key_value_heads": 4, "num_local_experts": 128, "rms_norm_eps": 1e-06,
+              "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": False,
+              "use_sliding_window": False, "vocab_size": 151936},
+    derive=(_qwen3_moe_sliding_window, _mlp_only_layers_list),
+)
+
+_QWEN2_MOE = Facts(
+    aliases={},
+    defaults={"decoder_sparse_step": 1, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5632,
+              "max_position_embeddings": 32768, "max_window_layers": 28, "moe_intermediate_size": 1408,
+              "norm_topk_prob": False, "num_attention_heads": 16, "num_experts": 60, "num_experts_per_tok": 4,
+              "num_hidden_layers": 24, "num_key_value_heads": 16, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+              "shared_expert_intermediate_size": 5632, "sliding_window": 4096, "tie_word_embeddings": False,
+              "use_sliding_window": False, "vocab_size": 151936},
+    derive=(_mlp_only_layers_list, _qwen2_moe_window_and_layer_types),
+)
+
+_MIXTRAL = Facts(
+    aliases={"num_experts": "num_local_experts"},
+    defaults={"hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+              "max_position_embeddings": 131072, "num_attention_heads": 32, "num_experts_per_tok": 2,
+              "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "rms_norm_eps": 1e-05,
+              "rope_theta": 1000000.0, "tie_word_embeddings": False, "vocab_size": 32000},
+    derive=(_kv_heads_default_to_heads,),
+)
+
+# SGLang's own class (configs/step3p5.py); __init__ keyword defaults.
+_STEP3P5 = Facts(
+    aliases={},
+    defaults={"head_dim": 128, "hidden_size": 4096, "intermediate_size": 11264,
+              "max_position_embeddings": 128000, "moe_intermediate_size": 1280,
+              "moe_layers_enum": tuple(range(3, 45)), "moe_num_experts": 288, "moe_top_k": 8,
+              "norm_expert_weight": True, "num_attention_groups": 8, "num_attention_heads": 64,
+              "num_hidden_layers": 45, "rms_norm_eps": 1e-05, "rope_theta": 10000, "vocab_size": 128815},
+    derive=(_step3p5_fields,),
+)
+
+_OLMOE = Facts(
+    aliases={"num_local_experts": "num_experts"},
+    defaults={"attention_bias": False, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 2048,
+              "max_position_embeddings": 4096, "norm_topk_prob": False, "num_attention_heads": 16,
+              "num_experts": 64, "num_experts_per_tok": 8, "num_hidden_layers": 16, "rms_norm_eps": 1e-05,
+              "rope_theta": 10000.0, "tie_word_embeddings": False, "vocab_size": 50304},
+    derive=(_kv_heads_default_to_heads,),
+)
+
+
+
+# --- rules -------------------------------------------------------------------------------------------------
+#
+# Each rule mirrors what SGLang 0.5.23 builds (sglang/srt/models/...), not what transformers would build: a
+# routing record comes from SGLang, so its rows must be the layers SGLang actually routes. Where the two
+# disagree on a config the rule refuses it rather than guess.
+
+_ABSENT = object()
+
+
+def _int(view, key: str, arch: str, default: Any = _ABSENT) -> int:
+    """A required (or defaulted) integer field, read under any spelling its config class accepts,
+    with an error that names it."""
+    value = view.get(key)
+    if value is None:
+        if default is _ABSENT:
+            stored = view.stored_name(key)
+            spelled = f" (stored as {stored!r})" if stored != key else ""
+            raise RuleError(f"{arch} config is missing {key!r}{spelled}, which its layout rule needs")
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise RuleError(f"{arch} config has a non-integer {key!r}: {value!r}") from None
+
+
+def _mtp_count(view, arch: str, default: int) -> int:
+    # DeepSeek/GLM/MiMo spell it num_nextn_predict_layers (transformers' alias: num_mtp_layers),
+    # Qwen3.5 spells it mtp_num_hidden_layers (in text_config); Qwen3-Next's published config has
+    # neither (see _QWEN_MTP_DEFAULT). A present 0 means "no MTP".
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        if view.get(key) is not None:
+            return _int(view, key, arch)
+    return default
+
+
+def _stack(L: int, is_moe, E: int, k: int, n_mtp: int = 0, mtp_moe: bool = False) -> Stack:
+    return Stack(L, tuple(i for i in range(L) if is_moe(i)), E, k, n_mtp, mtp_moe)
+
+
+def _first_k_dense(v, arch, freq: int) -> Stack:
+    # MoE iff layer >= first_k_dense_replace and layer % freq == 0; NextN
+    # layers are always sparse (`_is_layer_sparse`: `is_nextn or ...`).
+    L = _int(v, "num_hidden_layers", arch)
+    E = _int(v, "n_routed_experts", arch)
+    k = _int(v, "num_experts_per_tok", arch)
+    first_dense = _int(v, "first_k_dense_replace", arch)
+    n_mtp = _mtp_count(v, arch, default=0)
+    return _stack(L, lambda i: i >= first_dense and i % freq == 0, E, k, n_mtp, mtp_moe=True)
+
+
+def _deepseek(v, arch) -> Stack:
+    """DeepSeek-V2/V3 (deepseek_v2.py `_is_layer_sparse`). moe_layer_freq
+    defaults to 1 as in DeepseekV2Config; V3 publishes 1."""
+    return _first_k_dense(v, arch, freq=_int(v, "moe_layer_freq", arch, default=1))
+
+
+def _glm4_moe(v, arch) -> Stack:
+    """GLM-4.5/4.7 (glm4_moe.py `_is_layer_sparse`): SGLang, like
+    transformers, ignores moe_layer_freq for Glm4Moe, so we do too."""
+    return _first_k_dense(v, arch, freq=1)
+
+
+# Qwen3-Next checkpoints ship one MTP layer (mtp.* tensors) but their config
+# declares no count; SGLang's draft sets num_nextn_predict_layers = 1 for it
+# (configs/model_config.py `_config_draft_model`).
+_QWEN_MTP_DEFAULT = {"Qwen3NextForCausalLM": 1}
+
+
+def _qwen_moe(v, arch) -> Stack:
+    """Qwen2-MoE, Qwen3-MoE, Qwen3-Next, Qwen3.5-MoE: SGLang builds every
+    decoder layer (linear- or full-attention alike) and the MTP layer sparse
+    (`stage_facts`: "all layers are sparse"; `_qwen3_5_is_moe`). transformers
+    would honour decoder_sparse_step / mlp_only_layers, SGLang does not, so a
+    config that uses them has no layout SGLang can serve."""
+    L = _int(v, "num_hidden_layers", arch)
+    E = _int(v, "num_experts", arch)
+    k = _int(v, "num_experts_per_tok", arch)
+    step = _int(v, "decoder_sparse_step", arch, default=1)
+    dense_only = list(v.get("mlp_only_layers") or [])
+    if step != 1 or dense_only:
+        raise RuleError(
+            f"{arch}: decoder_sparse_step={step}, mlp_only_layers={dense_only} put dense MLPs in some "
+            f"layers, but SGLang builds every {arch} layer as MoE; refusing a layout SGLang would not serve"
+        )
+    n_mtp = _mtp_count(v, arch, default=_QWEN_MTP_DEFAULT.get(arch, 0))
+    return _stack(L, lambda i: True, E, k, n_mtp, mtp_moe=True)
+
+
+def _mimo(v, arch) -> Stack:
+    """MiMo-7B: a dense Qwen2-style model; its MTP layers are dense Qwen2
+    decoder layers too (mimo_mtp.py), so they carry no router."""
+    L = _int(v, "num_hidden_layers", arch)
+    return _stack(L, lambda i: False, 0, 0, _mtp_count(v, arch, default=0), mtp_moe=False)
+
+
+def _every_layer_moe(v, arch) -> Stack:
+    """Mixtral (block_sparse_moe), OLMoE: every layer is MoE; no MTP. Both classes accept
+    num_local_experts (OLMoE stores it as num_experts)."""
+    L = _int(v, "num_hidden_layers", arch)
+    E = _int(v, "num_local_experts", arch)
+    k = _int(v, "num_experts_per_tok", arch)
+    return _stack(L, lambda i: True, E, k)
+
+
+# step3p5_mtp.py builds every MTP layer's block as Step3p5DecoderLayer(layer_id=45) ("FIXME"): each
+# depth reads layer 45's entries of moe_layers_enum / layer_types / swiglu_limits.
+_STEP3P5_MTP_LAYER_ID = 45
+
+
+def _step3p5(v, arch) -> Stack:
+    """Step-3.5 (step3p5.py `_is_moe_layer`): a decoder layer is MoE iff its id is in moe_layers_enum;
+    moe_num_experts experts, moe_top_k. Its K = num_nextn_predict_layers MTP layers (step3p5_mtp.py,
+    one per draft step under multi-layer EAGLE) are all built as layer 45, so each is MoE iff 45 is in
+    moe_layers_enum. A config whose MTP layers would be built otherwise than it says (decoder count
+    not 45, or ids 45..45+K-1 not all MoE or all dense) is refused."""
+    L = _int(v, "num_hidden_layers", arch)
+    E = _int(v, "moe_num_experts", arch)
+    k = _int(v, "moe_top_k", arch)
+    enum = v.get("moe_layers_enum")
+    if enum is None:
+        raise RuleError(f"{arch} config is missing 'moe_layers_enum', which its layout rule needs")
+    sparse = {int(x) for x in enum}
+    n_mtp = _mtp_count(v, arch, default=0)
+    if n_mtp:
+        if L != _STEP3P5_MTP_LAYER_ID:
+            raise RuleError(
+                f"{arch}: num_hidden_layers={L}, but SGLang 0.5.23 builds every Step-3.5 MTP layer as layer "
+                f"{_STEP3P5_MTP_LAYER_ID} (step3p5_mtp.py); refusing a layout SGLang would not serve"
+            )
+        says = {L + j: (L + j) in sparse for j in range(n_mtp)}
+        if len(set(says.values())) > 1:
+            raise RuleError(
+                f"{arch}: moe_layers_enum makes MTP layers {sorted(i for i, s in says.items() if s)} MoE and "
+                f"{sorted(i for i, s in says.items() if not s)} dense, but SGLang 0.5.23 builds all of them as "
+                f"layer {_STEP3P5_MTP_LAYER_ID}; refusing a layout SGLang would not serve"
+            )
+    return _stack(L, lambda i: i in sparse, E, k, n_mtp, mtp_moe=_STEP3P5_MTP_LAYER_ID in sparse)
+
+
+# --- the registry ------------------------------------------------------------------------------------------
+
+FAMILIES: Tuple[Family, ...] = (
+    Family("GLM-4.5 / 4.7", {"Glm4MoeForCausalLM": "glm4_moe"}, {"glm4_moe": _GLM4_MOE}, _glm4_moe,
+           mtp=MTP_NEXTN),
+    Family("DeepSeek-V3", {"DeepseekV3ForCausalLM": "deepseek_v3"}, {"deepseek_v3": _DEEPSEEK_V3}, _deepseek,
+           mtp=MTP_NEXTN),
+    Family("DeepSeek-V2", {"DeepseekV2ForCausalLM": "deepseek_v2"}, {"deepseek_v2": _DEEPSEEK_V2}, _deepseek,
+           mtp=MTP_NEXTN),
+    Family("Qwen3-MoE", {"Qwen3MoeForCausalLM": "qwen3_moe"}, {"qwen3_moe": _QWEN3_MOE}, _qwen_moe),
+    Family("Qwen2-MoE", {"Qwen2MoeForCausalLM": "qwen2_moe"}, {"qwen2_moe": _QWEN2_MOE}, _qwen_moe),
+    Family("Qwen3-Next", {"Qwen3NextForCausalLM": "qwen3_next"}, {"qwen3_next": _QWEN_HYBRID_FACTS}, _qwen_moe,
+           mtp=MTP_NEXTN),
+    # Qwen3.5-MoE's text config is Qwen3-Next's (same class defaults in transformers 5.19).
+    Family("Qwen3.5-MoE",
+           {"Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe_text", "Qwen3_5MoeForCausalLM": "qwen3_5_moe_text"},
+           {"qwen3_5_moe_text": _QWEN_HYBRID_FACTS}, _qwen_moe, mtp=MTP_NEXTN,
+           text_model_types={"qwen3_5_moe": "qwen3_5_moe_text"}),
+    # MiMo's config class is the checkpoint's own code: no facts.
+    Family("MiMo-7B", {"MiMoForCausalLM": ""}, {}, _mimo, mtp=MTP_NEXTN),
+    Family("Mixtral", {"MixtralForCausalLM": "mixtral"}, {"mixtral": _MIXTRAL}, _every_layer_moe),
+    Family("OLMoE", {"OlmoeForCausalLM": "olmoe"}, {"olmoe": _OLMOE}, _every_layer_moe),
+    Family("Step-3.5", {"Step3p5ForCausalLM": "step3p5"}, {"step3p5": _STEP3P5}, _step3p5,
+           mtp=MTP_MULTI_LAYER, multi_layer_capture=True),
+)
+
+
+def _index():
+    by_arch: Dict[str, Family] = {}
+    facts: Dict[str, Facts] = {}
+    model_type: Dict[str, str] = {}
+    text: Dict[str, str] = {}
+    for fam in FAMILIES:
+        for arch, mt in fam.architectures.items():
+            if arch in by_arch:
+                raise ValueError(f"architecture {arch!r} is in two families")
+            by_arch[arch] = fam
+            if mt:
+                model_type[arch] = mt
+        for mt, f in fam.facts.items():
+            if mt in facts and facts[mt] is not f:
+                raise ValueError(f"model type {mt!r} has two fact tables")
+            facts[mt] = f
+        text.update(fam.text_model_types)
+    return by_arch, facts, model_type, text
+
+
+_BY_ARCH, _FACTS, _ARCH_MODEL_TYPE, _TEXT_MODEL_TYPE = _index()
+
+SUPPORTED_ARCHITECTURES: Sequence[str] = tuple(a for a, f in _BY_ARCH.items() if f.rule is not None)
+CONFIG_MODEL_TYPES: Tuple[str, ...] = tuple(_FACTS)
+# Multi-layer EAGLE (MultiLayerEagleWorkerV2) is captured for these architectures only: the ones whose
+# layout rule, draft runners and chained draft-extend rows were proven against a spec-off server
+# (tests/test_multi_layer_mtp.py).
+MULTI_LAYER_MTP_ARCHITECTURES: Tuple[str, ...] = tuple(
+    a for a, f in _BY_ARCH.items() if f.mtp == MTP_MULTI_LAYER and f.multi_layer_capture
+)
+
+
+def family_of(architecture: str) -> Optional[Family]:
+    return _BY_ARCH.get(architecture)
+
+
+def facts_of(model_type: str) -> Optional[Facts]:
+    return _FACTS.get(model_type)
+
+
+def model_type_of(architecture: str) -> str:
+    """The model type of the config class SGLang builds for ``architecture`` ("" when unknown)."""
+    return _ARCH_MODEL_TYPE.get(architecture, "")
+
+
+def text_model_type_of(model_type: str) -> str:
+    return _TEXT_MODEL_TYPE.get(model_type, "")
+
+
+def facts_table() -> Dict[str, Tuple[Dict[str, str], Dict[str, Any]]]:
+    """(aliases, defaults) per model type, for the test that compares them with the live classes."""
+    return {mt: (dict(f.aliases), dict(f.defaults)) for mt, f in _FACTS.items()}
