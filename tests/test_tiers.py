@@ -217,10 +217,12 @@ def _outcomes(out: str) -> dict:
 
 def test_a_keyword_selection_of_fast_tests_runs_them_although_other_modules_import_sglang(tmp_path):
     d = _tree(tmp_path)
-    proc, out = _run_tree(["-k", "plain"], d, tmp_path)
+    proc, out = _run_tree(["-k", "plain", f"--junitxml={tmp_path / 'report.xml'}"], d, tmp_path)
     assert proc.returncode == 0, out[-3000:]
     assert _outcomes(out) == {"test_fast_a.py::test_plain_a": "PASSED", "test_fast_b.py::test_plain_b": "PASSED"}
     assert "running them in a fresh process that cannot import it" in out  # SGLang was imported by collection
+    report = (tmp_path / "report.xml").read_text()  # the fresh run's report, not the first process's empty one
+    assert report.count("<testcase ") == 2 and 'name="test_plain_a"' in report, report
 
 
 def test_a_keyword_selection_still_fails_a_fast_test_that_imports_sglang(tmp_path):

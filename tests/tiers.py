@@ -221,6 +221,11 @@ def pytest_runtestloop(session):
     finally:
         os.unlink(keep)
     config.stash[_fresh_rc] = rc
+    # The fresh run wrote the --junitxml report; this run's empty one must not replace it.
+    from _pytest.junitxml import xml_key
+
+    if (xml := config.stash.get(xml_key, None)) is not None:
+        xml.logfile = os.devnull
     return True
 
 
