@@ -26,6 +26,7 @@ from sglang_r3.capture import CaptureViolation, RoutingCapturer, encode_payload
 from sglang_r3.capture.capturer import CAPTURE_MODE_CODES
 from sglang_r3.capture.payload import PayloadBytes, RoutingUnavailable
 from sglang_r3.metrics import metrics
+from sglang_r3.patches import served_layout
 from sglang_r3.patches.dp_rows import local_rows_fn
 from sglang_r3.patches.hooks import register
 from sglang_r3.patches.runtime import capturer as _capturer, layout_of
@@ -62,9 +63,12 @@ def install_our_capturer(original, self, *args, **kwargs):
     live = _router_layer_ids(self.model)
     if live != list(layout.moe_layer_ids):
         raise RuntimeError(
-            f"sglang-r3: the layout built from the config says main MoE layers are {list(layout.moe_layer_ids)}, "
-            f"but the loaded model has routers at layers {live}; refusing to capture mislabelled routing"
+            f"sglang-r3: {layout.architecture}: the layout built from the config says main MoE layers are "
+            f"{list(layout.moe_layer_ids)}, but the loaded model has routers at layers {live}; refusing to capture "
+            "mislabelled routing"
         )
+    # Per router: the experts and top-k SGLang built are the layout's (patches/served_layout.py).
+    served_layout.check_main(self.model, layout)
     num_slots = self.kv_index_translator.capture_token_capacity(self.max_token_pool_size)
     cap = RoutingCapturer(layout, num_slots=num_slots, max_batch_tokens=max_forward_tokens(self), device=self.device)
     global _local_rows
@@ -150,6 +154,9 @@ def _init_draft_runner(runner) -> None:
         )
     if cap is None:
         return
+    # The draft model's routers are the layout's MTP layers: none where those are dense, their experts and
+    # top-k where they route (patches/served_layout.py).
+    served_layout.check_draft(served_layout.routers_of(runner.model), cap.layout)
     from sglang_r3.patches import draft as draft_patch
 
     draft_patch.attach_draft_runner(cap, runner, routers, max_tokens=cap.max_tokens)

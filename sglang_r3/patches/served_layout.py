@@ -1,0 +1,125 @@
+"""The routers of the model SGLang built, read from its module tree, and the check that they are the layout's.
+
+``routers_of(model)`` reads every ``TopK`` router SGLang instantiated (its ``layer_id``, its routed top-k:
+``topk_config.top_k`` less the fused shared-expert columns it appends) and the ``FusedMoE`` experts of the
+same layer (``num_experts`` less ``num_fused_shared_experts``): what a routing record's rows are written
+from. ``check_main`` / ``check_draft`` compare them with the layout the config's family rule gives
+(``sglang_r3.families``) and raise ``LayoutMismatch`` naming the architecture and the first layer that does
+not fit, so start-up refuses a model whose routing the layout would mislabel. tests/test_sweep.py runs the
+same reading on every MoE architecture of SGLang's registry.
+
+Ids that are not plain experts: a fused shared expert's column (``num_fused_shared_experts``) is the same
+every token and is not a routing choice -- the capturer keeps the routed ``topk`` columns only; a router whose
+ids can reach past its experts (LongCat-Flash's zero-computation experts) has no rule
+(``families``: refused by name).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Tuple
+
+
+class LayoutMismatch(RuntimeError):
+    """The model SGLang built routes other layers, experts or top-k than the layout says."""
+
+
+@dataclass(frozen=True)
+class ServedRouter:
+    layer_id: int
+    topk: int  # routed columns (fused shared-expert columns not counted)
+    num_experts: Optional[int]  # routed experts of the layer's FusedMoE; None: no FusedMoE found
+    shared_columns: int = 0  # fused shared-expert columns SGLang appends after the routed ones
+    capture: bool = True  # topk_config.allow_routed_experts_capture
+
+
+def routers_of(model) -> Dict[int, ServedRouter]:
+    """Per layer id, the router SGLang built there (one per layer; two different ones refuse)."""
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+    from sglang.srt.layers.moe.topk import TopK
+
+    experts: Dict[int, set] = {}
+    topks: Dict[int, set] = {}
+    for m in model.modules():
+        if isinstance(m, FusedMoE):
+            experts.setdefault(int(m.layer_id), set()).add(
+                int(m.num_experts) - int(getattr(m, "num_fused_shared_experts", 0) or 0)
+            )
+        elif isinstance(m, TopK):
+            cfg = m.topk_config
+            shared = int(cfg.num_shared_topk_slots)
+            topks.setdefault(int(m.layer_id), set()).add(
+                (int(cfg.top_k) - shared, shared, bool(cfg.allow_routed_experts_capture))
+            )
+    out: Dict[int, ServedRouter] = {}
+    for lid, ks in sorted(topks.items()):
+        es = experts.get(lid, set())
+        if len(ks) > 1 or len(es) > 1:
+            raise LayoutMismatch(
+                f"layer {lid} has {len(ks)} routers {sorted(ks)} and experts {sorted(es)}: one router per layer "
+                "is what a routing record's row can hold"
+            )
+        (k, shared, capture), = ks
+        out[lid] = ServedRouter(lid, k, next(iter(es)) if es else None, shared, capture)
+    return out
+
+
+def _compare(arch: str, what: str, want: Iterable[Tuple[int, int, int]], got: Dict[int, ServedRouter],
+             by_id: bool = True) -> None:
+    for lid, e, k in want:
+        r = got.get(lid)
+        if r is None:
+            raise LayoutMismatch(f"sglang-r3: {arch}: the layout says {what} layer {lid} routes (top-{k} of {e}), "
+                                 f"but SGLang built no router there (routers at {sorted(got)})")
+        if r.topk != k or (r.num_experts is not None and r.num_experts != e):
+            raise LayoutMismatch(
+                f"sglang-r3: {arch}: {what} layer {lid}: the layout says top-{k} of {e} experts, SGLang built "
+                f"top-{r.topk} of {r.num_experts} (fused shared columns: {r.shared_columns}); refusing to capture "
+                "mislabelled routing"
+            )
+
+
+def check_main(model, layout) -> Dict[int, ServedRouter]:
+    """The target model's routers are exactly the layout's main MoE layers, with its experts and top-k."""
+    got = {lid: r for lid, r in routers_of(model).items() if r.capture}
+    want = [(l.id, l.num_experts, l.topk) for l in layout.moe_layers]
+    extra = sorted(set(got) - {l.id for l in layout.moe_layers})
+    if extra:
+        raise LayoutMismatch(
+            f"sglang-r3: {layout.architecture}: the layout says main MoE layers are {list(layout.moe_layer_ids)}, "
+            f"but SGLang built routers at layers {sorted(got)} (layer {extra[0]} is not in the layout); refusing "
+            "to capture mislabelled routing"
+        )
+    _compare(layout.architecture, "main MoE", want, got)
+    return got
+
+
+def check_draft(routers: Dict[int, ServedRouter], layout) -> None:
+    """The draft (MTP) model's routers fit the layout's MTP layers: none where they are dense, and each with
+    the experts and top-k of the MTP layers where they route. A layout without MTP layers (a separate EAGLE
+    draft model) is not checked here."""
+    mtp = layout.mtp_layers
+    if not mtp:
+        return
+    routed = [l for l in mtp if l.has_router]
+    if not routed:
+        if routers:
+            lid = min(routers)
+            raise LayoutMismatch(
+                f"sglang-r3: {layout.architecture}: the layout's MTP layers {[l.id for l in mtp]} are dense, but "
+                f"SGLang's draft model has a router at layer {lid}; refusing to capture unlabelled MTP routing"
+            )
+        return
+    shapes = {(l.num_experts, l.topk) for l in routed}
+    for lid, r in sorted(routers.items()):
+        if not any(r.topk == k and (r.num_experts is None or r.num_experts == e) for e, k in shapes):
+            raise LayoutMismatch(
+                f"sglang-r3: {layout.architecture}: draft (MTP) router at layer {lid} is top-{r.topk} of "
+                f"{r.num_experts} experts, but the layout's MTP layers route (experts, top-k) {sorted(shapes)}; "
+                "refusing to capture mislabelled MTP routing"
+            )
+
+
+def served_rows(model) -> List[Tuple[int, int, Optional[int]]]:
+    """(layer id, top-k, experts) of every capturing router: the served layout's rows, for logs and tests."""
+    return [(r.layer_id, r.topk, r.num_experts) for r in routers_of(model).values() if r.capture]

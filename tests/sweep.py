@@ -1,0 +1,366 @@
+"""The registry-wide sweep: every MoE architecture SGLang 0.5.23 serves, built from a tiny config, its routers
+read from the module tree SGLang builds -- captured exactly by sglang-r3's layout, or refused by name.
+
+Run in a fresh process (``python -m tests.sweep [--json OUT]``; tests/test_sweep.py does): it starts SGLang's
+CPU runtime, a one-process gloo group and SGLang's model-parallel groups at tp=1 (as SGLang's own layer tests
+do, ``sglang.test.layer_ut_utils``), then for each architecture:
+
+* **which architectures**: SGLang's registry as SGLang builds it (``import_model_classes``: every module of
+  ``sglang.srt.models`` with an ``EntryClass``), read from the modules' source so that modules the CPU host
+  cannot import are listed too; an entry is MoE when its module (or a ``sglang.srt.models`` module it imports
+  from) builds ``TopK`` / ``FusedMoE`` / ``get_moe_impl_class``.
+* **with a layout rule** (``sglang_r3.families``): the tiny config below (the config class SGLang builds: its
+  own or transformers'), SGLang's model class built on the meta device, its routers read by the same code the
+  server's start-up check runs (``patches/served_layout.py``: ``TopK`` layer ids and routed top-k, ``FusedMoE``
+  experts) must be the layout's main MoE layers; its draft model (the architecture SGLang's own
+  ``ModelConfig._config_draft_model`` picks) must route as the layout's MTP layers; where transformers has a
+  class of that name, its module tree (which decoder layers hold experts) must agree too; the layout from the
+  config object must equal the layout (and fingerprint) from the config's dict (the trainer's side, no SGLang).
+* **without one**: ``layout_from_hf_config`` must refuse it naming the architecture (the server's start-up
+  refusal) and the reason.
+
+It prints / writes a JSON list of rows, one per architecture; ``markdown(rows)`` is the README's table.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Dict, List, Optional
+
+from tests import step3p5
+
+# MLA's rotary embedding on the CPU runtime needs a scaling (YaRN as DeepSeek-V3 publishes it).
+_YARN = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128, "beta_fast": 32, "beta_slow": 1,
+         "mscale": 1.0, "mscale_all_dim": 1.0}
+# Keys of DeepSeek-V3's published config.json that transformers' class does not define (it keeps them) and
+# SGLang's deepseek_v2.py reads.
+_DEEPSEEK_PUBLISHED = dict(moe_layer_freq=1, topk_method="noaux_tc", scoring_func="sigmoid")
+_T = dict(vocab_size=256, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+          max_position_embeddings=512, tie_word_embeddings=False)
+
+# Tiny configs, per architecture with a rule: (model_type of the config class, values). Values not named
+# take the class defaults.
+SPECS: Dict[str, tuple] = {
+    "Glm4MoeForCausalLM": ("glm4_moe", dict(_T, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=4,
+                                            n_routed_experts=8, num_experts_per_tok=2, first_k_dense_replace=2,
+                                            n_shared_experts=1, n_group=1, topk_group=1,
+                                            num_nextn_predict_layers=1)),
+    "DeepseekV3ForCausalLM": ("deepseek_v3", dict(_T, num_key_value_heads=4, intermediate_size=128,
+                                                  moe_intermediate_size=32, num_hidden_layers=4, n_routed_experts=8,
+                                                  num_experts_per_tok=2, n_group=4, topk_group=2,
+                                                  first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=32,
+                                                  kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16,
+                                                  v_head_dim=16, num_nextn_predict_layers=1,
+                                                  rope_scaling=_YARN, **_DEEPSEEK_PUBLISHED)),
+    "DeepseekV2ForCausalLM": ("deepseek_v2", dict(_T, num_key_value_heads=4, intermediate_size=128,
+                                                  moe_intermediate_size=32, num_hidden_layers=5, n_routed_experts=8,
+                                                  num_experts_per_tok=2, first_k_dense_replace=1, moe_layer_freq=1,
+                                                  n_shared_experts=1, q_lora_rank=32, kv_lora_rank=32,
+                                                  qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16,
+                                                  rope_scaling=_YARN, topk_method="greedy", n_group=1, topk_group=1,
+                                                  scoring_func="softmax")),
+    "Qwen3MoeForCausalLM": ("qwen3_moe", dict(_T, intermediate_size=128, moe_intermediate_size=32,
+                                              num_hidden_layers=3, num_experts=8, num_experts_per_tok=2)),
+    "Qwen2MoeForCausalLM": ("qwen2_moe", dict(_T, intermediate_size=128, moe_intermediate_size=32,
+                                              shared_expert_intermediate_size=32, num_hidden_layers=3, num_experts=8,
+                                              num_experts_per_tok=2)),
+    "MixtralForCausalLM": ("mixtral", dict(_T, intermediate_size=64, num_hidden_layers=2, num_local_experts=4,
+                                           num_experts_per_tok=2)),
+    "OlmoeForCausalLM": ("olmoe", dict(_T, intermediate_size=32, num_hidden_layers=2, num_experts=8,
+                                       num_experts_per_tok=2)),
+    "Qwen3NextForCausalLM": ("qwen3_next", dict(_T, intermediate_size=128, moe_intermediate_size=32,
+                                                shared_expert_intermediate_size=32, num_hidden_layers=4,
+                                                full_attention_interval=2, num_experts=8, num_experts_per_tok=2,
+                                                linear_num_key_heads=2, linear_num_value_heads=4,
+                                                linear_key_head_dim=16, linear_value_head_dim=16)),
+    # tests/step3p5.py's tiny Step-3.5 (the one served with multi-layer MTP in tests/test_multi_layer_mtp.py).
+    "Step3p5ForCausalLM": ("step3p5", {k: v for k, v in step3p5.config().items() if k not in ("architectures",
+                                                                                               "model_type")}),
+    "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
+}
+# Architectures with a rule that SGLang cannot build on a CPU-only host: proven at config level only
+# (tests/test_layout.py against published configs), and the row says why.
+UNBUILT_ON_CPU: Dict[str, str] = {
+    "Qwen3NextForCausalLM": "its gated-delta-net layers allocate on the CUDA device at build time",
+    "Qwen3_5MoeForConditionalGeneration": "SGLang's qwen3_5 module does not import without sgl_kernel.fused_sigmoid_mul_cpu",
+    "Qwen3_5MoeForCausalLM": "SGLang's qwen3_5 module does not import without sgl_kernel.fused_sigmoid_mul_cpu",
+}
+
+MOE_MARKERS = ("TopK(", "FusedMoE", "get_moe_impl_class")
+
+
+def sglang_models_dir() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("sglang.srt.models")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _entry_classes(tree: ast.Module) -> List[str]:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "EntryClass" for t in node.targets):
+            v = node.value
+            elts = v.elts if isinstance(v, (ast.List, ast.Tuple)) else [v]
+            return [e.id for e in elts if isinstance(e, ast.Name)]
+    return []
+
+
+def registry_entries() -> Dict[str, Dict[str, Any]]:
+    """Every EntryClass of every module SGLang's registry imports (models/registry.py ``import_model_classes``
+    walks ``sglang.srt.models``), with whether its module builds MoE routers."""
+    root = sglang_models_dir()
+    sources = {p.stem: p.read_text() for p in sorted(root.rglob("*.py"))}
+    out: Dict[str, Dict[str, Any]] = {}
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text()
+        tree = ast.parse(text)
+        entries = _entry_classes(tree)
+        if not entries:
+            continue
+        mod = ".".join(path.relative_to(root).with_suffix("").parts)
+        via = [m for m in MOE_MARKERS if m in text]
+        if not via:  # MoE blocks imported from another model module
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang.srt.models."):
+                    other = node.module.rsplit(".", 1)[1]
+                    if any(m in sources.get(other, "") for m in MOE_MARKERS):
+                        via = [f"imports {node.module}"]
+                        break
+        for name in entries:
+            out.setdefault(name, {"module": mod, "moe_source": via})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building
+
+
+def init_runtime() -> None:
+    from sglang_r3.cpu import activate_cpu_runtime, has_gpu
+
+    if not has_gpu():
+        activate_cpu_runtime()
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 2000))
+    from sglang.srt.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
+    from sglang.test.test_utils import publish_build_topology
+
+    init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo")
+    publish_build_topology(tp_size=1, ep_size=1, pp_size=1, device="cpu")
+    initialize_model_parallel(backend="gloo")
+
+
+def config_object(arch: str, model_type: str, values: Dict[str, Any]):
+    """The config object SGLang's loader would build from a config.json of these values (its own class for
+    the model types it registers, else transformers')."""
+    import transformers
+    from sglang.srt.utils.hf_transformers import common
+
+    cls = common._CONFIG_REGISTRY.get(model_type) or transformers.CONFIG_MAPPING[model_type]
+    cfg = cls(**copy.deepcopy(values))
+    cfg.architectures = [arch]
+    return cfg
+
+
+def build_sglang(arch: str, cfg, draft: bool = False):
+    """SGLang's model class for ``arch`` built on the meta device, as its model runner builds it at tp=1 on this
+    host (the CPU runner's head adjustment first; a draft inside SGLang's draft build scope)."""
+    import contextlib
+
+    import torch
+    from sglang.srt.configs.update_config import adjust_tp_num_heads_if_necessary
+    from sglang.srt.layers.moe.utils import draft_model_build_scope
+    from sglang.srt.models.registry import ModelRegistry
+
+    from sglang_r3.cpu import has_gpu
+
+    if not has_gpu():
+        adjust_tp_num_heads_if_necessary(cfg, 1, is_post_update=True)
+    cls = ModelRegistry.models[arch]
+    with torch.device("meta"), (draft_model_build_scope() if draft else contextlib.nullcontext()):
+        return cls(config=cfg, quant_config=None)
+
+
+def draft_architecture(cfg) -> Optional[str]:
+    """The draft architecture SGLang's own ModelConfig picks for this target (None: it picks none)."""
+    from sglang.srt.configs.model_config import ModelConfig
+
+    c = copy.deepcopy(cfg)
+    stub = SimpleNamespace(is_draft_model=True, hf_config=c, hf_text_config=getattr(c, "text_config", c),
+                           speculative_algorithm="EAGLE", is_draft_quantization_explicit=False, quantization=None)
+    arch = cfg.architectures[0]
+    ModelConfig._config_draft_model(stub)
+    new = stub.hf_config.architectures[0]
+    return (new, stub.hf_config) if new != arch else None
+
+
+def transformers_moe_layers(arch: str, cfg) -> Optional[List[int]]:
+    """Decoder layer ids whose block holds experts in transformers' own module tree (None: no such class)."""
+    import torch
+    import transformers
+
+    cls = getattr(transformers, arch, None)
+    if cls is None:
+        return None
+    with torch.device("meta"):
+        model = cls(copy.deepcopy(cfg))
+    layers = None
+    for name, m in model.named_modules():
+        if name.endswith("layers") and isinstance(m, torch.nn.ModuleList):
+            layers = m
+            break
+    out = []
+    for i, layer in enumerate(layers):
+        if any(type(s).__name__.endswith(("Experts", "SparseMoeBlock", "MoE", "Moe")) or hasattr(s, "experts")
+               for s in layer.modules()):
+            out.append(i)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One architecture
+
+
+def prove(arch: str) -> Dict[str, Any]:
+    from sglang_r3.families import family_of
+    from sglang_r3.layout import layout_from_hf_config
+    from sglang_r3.patches import served_layout
+
+    model_type, values = SPECS[arch]
+    cfg = config_object(arch, model_type, values)
+    layout = layout_from_hf_config(cfg)
+    trainer = layout_from_hf_config(json.loads(cfg.to_json_string()))  # the config.json it saves, no SGLang
+    assert trainer == layout and trainer.fingerprint == layout.fingerprint, (trainer, layout)
+
+    model = build_sglang(arch, cfg)
+    routers = served_layout.check_main(model, layout)
+    main = sorted(routers)
+    how = [f"SGLang module tree: routers at {_ranges(main)} of {layout.num_hidden_layers} layers, "
+           f"top-{layout.topk} of {layout.num_experts}"]
+    if any(r.num_experts is None for r in routers.values()):
+        raise AssertionError(f"{arch}: a router without FusedMoE experts: {routers}")
+    draft = draft_architecture(cfg) if layout.mtp_layers else None
+    if layout.mtp_layers:
+        fam = family_of(arch)
+        if draft is None:
+            raise AssertionError(f"{arch}: the layout has MTP layers but SGLang picks no draft architecture")
+        draft_arch, draft_cfg = draft
+        dmodel = build_sglang(draft_arch, draft_cfg, draft=True)
+        drouters = served_layout.routers_of(dmodel)
+        served_layout.check_draft(drouters, layout)
+        if any(r.capture for r in drouters.values()):
+            raise AssertionError(f"{draft_arch}: draft routers allowed to write main rows")
+        want = sum(1 for l in layout.mtp_layers if l.has_router)
+        if fam.mtp == "nextn" and len(drouters) != min(want, 1) and len(drouters) != want:
+            raise AssertionError(f"{draft_arch}: {len(drouters)} routers, layout MTP routed layers: {want}")
+        how.append(f"draft {draft_arch}: {len(drouters)} MTP router(s)"
+                   + (f" top-{layout.mtp_layers[0].topk}" if drouters else " (dense MTP)"))
+    hf = transformers_moe_layers(arch, config_object(arch, model_type, values))  # SGLang's build edits cfg
+    if hf is not None:
+        if hf != list(layout.moe_layer_ids):
+            raise AssertionError(f"{arch}: transformers' module tree has experts in layers {hf}, "
+                                 f"the layout in {list(layout.moe_layer_ids)}")
+        how.append("transformers module tree: same MoE layers")
+    return {"layout": layout.summary(), "proven": "; ".join(how), "fingerprint": layout.fingerprint}
+
+
+def _ranges(ids: List[int]) -> str:
+    if not ids:
+        return "none"
+    out, start, prev = [], ids[0], ids[0]
+    for i in ids[1:] + [None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ",".join(out)
+
+
+def refusal(arch: str) -> str:
+    from sglang_r3.layout import LayoutError, layout_from_hf_config
+
+    try:
+        layout_from_hf_config({"architectures": [arch], "num_hidden_layers": 2})
+    except LayoutError as e:
+        msg = str(e)
+        if arch not in msg:
+            raise AssertionError(f"{arch}: the refusal does not name the architecture: {msg}")
+        return msg.split("; supported:")[0]
+    raise AssertionError(f"{arch}: has no rule but is not refused")
+
+
+def sweep(only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+    from sglang_r3.cpu import has_gpu
+    from sglang_r3.families import family_of
+
+    init_runtime()
+    from sglang.srt.models.registry import ModelRegistry
+
+    entries = registry_entries()
+    rows = []
+    for arch, info in sorted(entries.items()):
+        fam = family_of(arch)
+        has_rule = fam is not None and fam.rule is not None
+        if not info["moe_source"] and not has_rule:
+            continue
+        if only and arch not in only:
+            continue
+        row = {"architecture": arch, "module": info["module"], "moe_source": info["moe_source"],
+               "family": fam.name if fam else "", "importable": arch in ModelRegistry.models}
+        try:
+            if has_rule and arch in UNBUILT_ON_CPU:  # the same rows on any host: the README is generated from them
+                row.update(status="rule", layout=f"{fam.name} rule", fingerprint="",
+                           proven=f"config level only: not built on a CPU-only host ({UNBUILT_ON_CPU[arch]})")
+            elif has_rule:
+                if arch not in SPECS:
+                    raise AssertionError(f"{arch} has a layout rule but no tiny config in tests/sweep.py: unproven")
+                row.update(prove(arch), status="rule")
+            else:
+                row.update(status="refused", reason=refusal(arch))
+        except Exception as e:  # noqa: BLE001 -- a row that failed says why; the test fails on it
+            row.update(status="error", error=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: List[Dict[str, Any]]) -> str:
+    lines = ["| architecture (SGLang module) | sglang-r3 | layout, and how it is proven / why refused |",
+             "|---|---|---|"]
+    for r in rows:
+        name = f"`{r['architecture']}` (`{r['module']}`)"
+        if r["status"] == "rule":
+            lines.append(f"| {name} | captured ({r['family']}) | {r['layout']}. {r['proven']} |")
+        elif r["status"] == "refused":
+            lines.append(f"| {name} | refused at start-up | {r['reason']} |")
+        else:
+            lines.append(f"| {name} | ERROR | {r['error']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: List[str]) -> int:
+    out = None
+    only = None
+    if "--json" in argv:
+        out = argv[argv.index("--json") + 1]
+    if "--only" in argv:
+        only = argv[argv.index("--only") + 1].split(",")
+    rows = sweep(only)
+    text = json.dumps(rows, indent=1, sort_keys=True)
+    if out:
+        Path(out).write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
