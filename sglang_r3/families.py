@@ -419,6 +419,24 @@ def _step3p5(v, arch) -> Stack:
     return _stack(L, lambda i: i in sparse, E, k, n_mtp, mtp_moe=_STEP3P5_MTP_LAYER_ID in sparse)
 
 
+_MINIMAX_M2 = Facts(
+    aliases={"num_experts": "num_local_experts"},
+    defaults={"head_dim": 128, "hidden_act": "silu", "hidden_size": 3072, "intermediate_size": 1536,
+              "max_position_embeddings": 196608, "num_attention_heads": 48, "num_experts_per_tok": 8,
+              "num_hidden_layers": 62, "num_key_value_heads": 8, "num_local_experts": 256, "rms_norm_eps": 1e-06,
+              "rope_theta": 5000000.0, "tie_word_embeddings": False, "vocab_size": 200064},
+    # Published config.json keys transformers' class keeps and SGLang's minimax_m2.py reads.
+    routing_keys=("use_routing_bias", "qk_norm_type", "rotary_dim"),
+)
+
+# Families SGLang 0.5.23 serves whose routing sglang-r3 cannot describe exactly: refused at start-up, by name.
+_ZERO_EXPERTS = (
+    "its routers pick among n_routed_experts + zero_expert_num ids, and ids >= n_routed_experts are "
+    "zero-computation (identity) experts with no expert weights and no Megatron router column: a record "
+    "could not be replayed as plain expert choices"
+)
+
+
 # --- the registry ------------------------------------------------------------------------------------------
 
 FAMILIES: Tuple[Family, ...] = (
@@ -443,6 +461,10 @@ FAMILIES: Tuple[Family, ...] = (
     Family("OLMoE", {"OlmoeForCausalLM": "olmoe"}, {"olmoe": _OLMOE}, _every_layer_moe),
     Family("Step-3.5", {"Step3p5ForCausalLM": "step3p5"}, {"step3p5": _STEP3P5}, _step3p5,
            mtp=MTP_MULTI_LAYER, multi_layer_capture=True),
+    # minimax_m2.py declares every decoder layer sparse (declare_ffn(sparse=True)); its MTP modules are not
+    # built by SGLang 0.5.23's draft path for it, so no MTP layers.
+    Family("MiniMax-M2", {"MiniMaxM2ForCausalLM": "minimax_m2"}, {"minimax_m2": _MINIMAX_M2}, _every_layer_moe),
+    Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
 )
 
 

@@ -83,6 +83,10 @@ SPECS: Dict[str, tuple] = {
     # tests/step3p5.py's tiny Step-3.5 (the one served with multi-layer MTP in tests/test_multi_layer_mtp.py).
     "Step3p5ForCausalLM": ("step3p5", {k: v for k, v in step3p5.config().items() if k not in ("architectures",
                                                                                                "model_type")}),
+    "MiniMaxM2ForCausalLM": ("minimax_m2", dict(_T, intermediate_size=32, num_hidden_layers=3, num_local_experts=8,
+                                                num_experts_per_tok=2, scoring_func="sigmoid",
+                                                use_routing_bias=True, qk_norm_type="per_layer",
+                                                rotary_dim=8)),  # as MiniMax-M2 publishes them
     "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
 }
 # Architectures with a rule that SGLang cannot build on a CPU-only host: proven at config level only

@@ -484,3 +484,16 @@ def test_step3p5_mtp_layers_sglang_would_build_otherwise_are_refused():
         layout_from_hf_config(_step3p5(moe_layers_enum=",".join(str(i) for i in range(1, 46))))
     with pytest.raises(LayoutError, match="num_hidden_layers=44.*as layer 45"):
         layout_from_hf_config(_step3p5(num_hidden_layers=44))
+
+
+def test_minimax_m2_every_layer_moe_and_longcat_zero_experts_refused_by_name():
+    # MiniMax-M2 as published (62 layers, 256 experts, top-8); the sweep (tests/test_sweep.py) proves the rule
+    # against SGLang's module tree.
+    cfg = {"architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2", "num_hidden_layers": 62,
+           "num_local_experts": 256, "num_experts_per_tok": 8, "scoring_func": "sigmoid", "use_routing_bias": True}
+    layout = layout_from_hf_config(cfg)
+    assert layout.moe_layer_ids == tuple(range(62)) and (layout.num_experts, layout.topk) == (256, 8)
+    assert layout.num_mtp_layers == 0
+    assert layout_from_hf_config({**cfg, "use_routing_bias": False}).fingerprint != layout.fingerprint
+    with pytest.raises(LayoutError, match="'LongcatFlashForCausalLM'.*zero-computation"):
+        layout_from_hf_config({"architectures": ["LongcatFlashForCausalLM"], "num_hidden_layers": 28})
