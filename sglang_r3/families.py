@@ -153,6 +153,54 @@ def _qwen_hybrid_layer_types(d: Dict[str, Any]) -> None:
     d["layer_types"] = derived
 
 
+def _glm4_moe_lite_mlp_layer_types(d: Dict[str, Any]) -> None:
+    # configuration_glm4_moe_lite.py __post_init__: the first layer dense, the rest sparse (whatever
+    # first_k_dense_replace says -- the class has no such field; SGLang reads it from the file).
+    if d.get("mlp_layer_types") is None and d.get("num_hidden_layers") is not None:
+        d["mlp_layer_types"] = ["dense"] + ["sparse"] * (int(d["num_hidden_layers"]) - 1)
+
+
+def _mlp_layer_types_first_k_dense(d: Dict[str, Any]) -> None:
+    # configuration_glm_moe_dsa.py / configuration_deepseek_v32.py __post_init__: the first
+    # first_k_dense_replace layers dense, the rest sparse. (SGLang builds DeepSeek-V3.2 with a DeepSeek-V3
+    # config class, which has no mlp_layer_types; transformers' DeepseekV32Config writes it: one spelling.)
+    if d.get("mlp_layer_types") is None and d.get("num_hidden_layers") is not None \
+            and d.get("first_k_dense_replace") is not None:
+        L = int(d["num_hidden_layers"])
+        n_dense = min(int(d["first_k_dense_replace"]), L)
+        d["mlp_layer_types"] = ["dense"] * n_dense + ["sparse"] * (L - n_dense)
+
+
+def _dsa_layer_types(d: Dict[str, Any]) -> None:
+    # configuration_glm_moe_dsa.py / configuration_deepseek_v32.py: every layer is DSA.
+    if d.get("layer_types") is None and d.get("num_hidden_layers") is not None:
+        d["layer_types"] = ["indexed_attention"] * int(d["num_hidden_layers"])
+
+
+def _glm_moe_dsa_fields(d: Dict[str, Any]) -> None:
+    # configuration_glm_moe_dsa.py __post_init__, in its order: indexer_types from index_topk_pattern, else
+    # from index_topk_freq / index_skip_topk_offset (the keywords stay too); head_dim is qk_rope_head_dim;
+    # mlp_layer_types from first_k_dense_replace; layer_types; a num_experts keyword (BC) becomes
+    # n_routed_experts.
+    if d.get("indexer_types") is None and d.get("num_hidden_layers") is not None:
+        pattern = d.get("index_topk_pattern")
+        if pattern is not None:
+            d["indexer_types"] = ([{"F": "full", "S": "shared"}[c] for c in pattern] if isinstance(pattern, str)
+                                  else list(pattern))
+        else:
+            freq = max(d.get("index_topk_freq", 1), 1)
+            offset = d.get("index_skip_topk_offset", 2)
+            d["indexer_types"] = ["full" if (max(i - offset + 1, 0) % freq) == 0 else "shared"
+                                  for i in range(int(d["num_hidden_layers"]))]
+    if d.get("qk_rope_head_dim") is not None:
+        d["head_dim"] = d["qk_rope_head_dim"]
+    _mlp_layer_types_first_k_dense(d)
+    _dsa_layer_types(d)
+    experts = d.pop("num_experts", None)
+    if experts is not None:
+        d["n_routed_experts"] = experts
+
+
 def _step3p5_fields(d: Dict[str, Any]) -> None:
     # SGLang's configs/step3p5.py: the share_expert_dims keyword is stored as share_expert_dim (default
     # 1280); yarn_only_types None becomes []. moe_layers_enum is a "3,4,..." string in published files
@@ -258,6 +306,50 @@ _MIXTRAL = Facts(
     derive=(_kv_heads_default_to_heads,),
 )
 
+_GLM4_MOE_LITE = Facts(
+    aliases={"num_local_experts": "n_routed_experts", "head_dim": "qk_rope_head_dim"},
+    defaults={"attention_bias": False, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 10240,
+              "kv_lora_rank": 512, "max_position_embeddings": 202752, "moe_intermediate_size": 1536, "n_group": 1,
+              "n_routed_experts": 64, "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 20,
+              "num_experts_per_tok": 4, "num_hidden_layers": 47, "num_key_value_heads": 20, "q_lora_rank": 768,
+              "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-05, "rope_interleave": True,
+              "rope_theta": 10000.0, "routed_scaling_factor": 1.8, "tie_word_embeddings": False, "topk_group": 1,
+              "v_head_dim": 256, "vocab_size": 154880},
+    derive=(_glm4_moe_lite_mlp_layer_types,),
+    # transformers builds its layers from mlp_layer_types; SGLang from first_k_dense_replace (a published key
+    # the class keeps).
+    routing_keys=("mlp_layer_types",),
+)
+
+_DSA_KEYS = ("mlp_layer_types", "index_topk", "index_head_dim", "index_n_heads", "indexer_types", "index_topk_pattern",
+             "index_topk_freq", "index_skip_topk_offset")
+
+_GLM_MOE_DSA = Facts(
+    aliases={"num_local_experts": "n_routed_experts"},
+    defaults={"attention_bias": False, "first_k_dense_replace": 3, "head_dim": 64, "hidden_act": "silu",
+              "hidden_size": 6144, "intermediate_size": 12288, "kv_lora_rank": 512, "max_position_embeddings": 202752,
+              "moe_intermediate_size": 2048, "n_group": 1, "n_routed_experts": 256, "n_shared_experts": 1,
+              "norm_topk_prob": True, "num_attention_heads": 64, "num_experts_per_tok": 8, "num_hidden_layers": 78,
+              "num_key_value_heads": 64, "q_lora_rank": 2048, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64,
+              "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "routed_scaling_factor": 2.5, "tie_word_embeddings": False,
+              "topk_group": 1, "v_head_dim": 256, "vocab_size": 154880,
+              "index_head_dim": 128, "index_n_heads": 32, "index_topk": 2048},
+    derive=(_glm_moe_dsa_fields,),
+    # DSA's indexer (which keys each query attends to; SGLang's dsa_layer_skips_topk reads indexer_types, else
+    # index_topk_pattern / index_topk_freq / index_skip_topk_offset) and transformers' per-layer MLP kinds.
+    routing_keys=_DSA_KEYS,
+)
+
+# SGLang builds DeepSeek-V3.2 with its _DeepseekV32ConfigAlias, a subclass of transformers' DeepseekV3Config
+# (hf_transformers/common.py): DeepSeek-V3's facts, and mlp_layer_types as transformers' DeepseekV32Config
+# writes it.
+_DEEPSEEK_V32 = Facts(
+    aliases=_DEEPSEEK_V3.aliases,
+    defaults=_DEEPSEEK_V3.defaults,
+    derive=_DEEPSEEK_V3.derive + (_mlp_layer_types_first_k_dense, _dsa_layer_types),
+    routing_keys=_DSA_KEYS,
+)
+
 # SGLang's own class (configs/step3p5.py); __init__ keyword defaults.
 _STEP3P5 = Facts(
     aliases={},
@@ -330,16 +422,56 @@ def _first_k_dense(v, arch, freq: int) -> Stack:
     return _stack(L, lambda i: i >= first_dense and i % freq == 0, E, k, n_mtp, mtp_moe=True)
 
 
+def _moe_layer_freq_one(v, arch) -> None:
+    freq = _int(v, "moe_layer_freq", arch, default=1)
+    if freq != 1:
+        raise RuleError(
+            f"{arch}: moe_layer_freq={freq}: SGLang 0.5.23 (deepseek_v2.py `_is_layer_sparse`) makes layer i MoE iff "
+            f"i >= first_k_dense_replace and i % moe_layer_freq == 0, transformers' DeepSeek classes ignore "
+            f"moe_layer_freq (MoE iff i >= first_k_dense_replace / as mlp_layer_types say): they disagree on which "
+            f"layers are MoE; refusing a layout one of them would not serve"
+        )
+
+
+def _mlp_layer_types_agree(v, arch, stack: Stack, sglang_reads: str) -> Stack:
+    """transformers' newer MLA classes build each layer from mlp_layer_types; SGLang from ``sglang_reads``.
+    A config where the two disagree has no layout both would serve."""
+    types = v.get("mlp_layer_types")
+    if types is None:
+        return stack
+    moe = set(stack.moe)
+    want = ["sparse" if i in moe else "dense" for i in range(stack.num_hidden_layers)]
+    if list(types) != want:
+        raise RuleError(
+            f"{arch}: mlp_layer_types={list(types)} (what transformers builds each layer from) disagree with "
+            f"{sglang_reads} (what SGLang 0.5.23 builds them from: MoE layers {sorted(moe)}); refusing a layout "
+            f"one of them would not serve"
+        )
+    return stack
+
+
 def _deepseek(v, arch) -> Stack:
-    """DeepSeek-V2/V3 (deepseek_v2.py `_is_layer_sparse`). moe_layer_freq
-    defaults to 1 as in DeepseekV2Config; V3 publishes 1."""
-    return _first_k_dense(v, arch, freq=_int(v, "moe_layer_freq", arch, default=1))
+    """DeepSeek-V2/V3/V3.2 and GLM-5 (deepseek_v2.py `_is_layer_sparse`; GlmMoeDsaForCausalLM subclasses
+    DeepseekV2ForCausalLM): MoE iff layer >= first_k_dense_replace (and layer % moe_layer_freq == 0, which
+    transformers ignores: moe_layer_freq != 1 is refused). NextN MTP layers are MoE."""
+    _moe_layer_freq_one(v, arch)
+    stack = _first_k_dense(v, arch, freq=1)
+    return _mlp_layer_types_agree(v, arch, stack, "first_k_dense_replace")
 
 
 def _glm4_moe(v, arch) -> Stack:
     """GLM-4.5/4.7 (glm4_moe.py `_is_layer_sparse`): SGLang, like
     transformers, ignores moe_layer_freq for Glm4Moe, so we do too."""
     return _first_k_dense(v, arch, freq=1)
+
+
+def _glm4_moe_lite(v, arch) -> Stack:
+    """GLM-4.7-Flash (glm4_moe_lite.py: `_is_layer_sparse` as DeepSeek's, with moe_layer_freq forced to 1 by
+    its decoder layer): MoE iff layer >= first_k_dense_replace -- a key transformers' Glm4MoeLiteConfig does
+    not define (SGLang reads it from the file; its absence is refused as SGLang would fail); transformers
+    builds from mlp_layer_types (default: layer 0 dense), which must agree. Its NextN layer is MoE."""
+    stack = _first_k_dense(v, arch, freq=1)
+    return _mlp_layer_types_agree(v, arch, stack, "first_k_dense_replace")
 
 
 # Qwen3-Next checkpoints ship one MTP layer (mtp.* tensors) but their config
@@ -446,6 +578,12 @@ FAMILIES: Tuple[Family, ...] = (
            mtp=MTP_NEXTN),
     Family("DeepSeek-V2", {"DeepseekV2ForCausalLM": "deepseek_v2"}, {"deepseek_v2": _DEEPSEEK_V2}, _deepseek,
            mtp=MTP_NEXTN),
+    Family("GLM-4.7-Flash", {"Glm4MoeLiteForCausalLM": "glm4_moe_lite"}, {"glm4_moe_lite": _GLM4_MOE_LITE},
+           _glm4_moe_lite, mtp=MTP_NEXTN),
+    Family("GLM-5 (DSA)", {"GlmMoeDsaForCausalLM": "glm_moe_dsa"}, {"glm_moe_dsa": _GLM_MOE_DSA}, _deepseek,
+           mtp=MTP_NEXTN),
+    Family("DeepSeek-V3.2 (DSA)", {"DeepseekV32ForCausalLM": "deepseek_v32"}, {"deepseek_v32": _DEEPSEEK_V32},
+           _deepseek, mtp=MTP_NEXTN),
     Family("Qwen3-MoE", {"Qwen3MoeForCausalLM": "qwen3_moe"}, {"qwen3_moe": _QWEN3_MOE}, _qwen_moe),
     Family("Qwen2-MoE", {"Qwen2MoeForCausalLM": "qwen2_moe"}, {"qwen2_moe": _QWEN2_MOE}, _qwen_moe),
     Family("Qwen3-Next", {"Qwen3NextForCausalLM": "qwen3_next"}, {"qwen3_next": _QWEN_HYBRID_FACTS}, _qwen_moe,

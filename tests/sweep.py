@@ -87,6 +87,31 @@ SPECS: Dict[str, tuple] = {
                                                 num_experts_per_tok=2, scoring_func="sigmoid",
                                                 use_routing_bias=True, qk_norm_type="per_layer",
                                                 rotary_dim=8)),  # as MiniMax-M2 publishes them
+    # GLM-4.7-Flash: first_k_dense_replace, num_nextn_predict_layers and topk_method as zai-org/GLM-4.7-Flash
+    # publishes them (keys transformers' Glm4MoeLiteConfig keeps; SGLang reads them).
+    "Glm4MoeLiteForCausalLM": ("glm4_moe_lite", dict(_T, num_key_value_heads=4, intermediate_size=128,
+                                                     moe_intermediate_size=32, num_hidden_layers=4,
+                                                     n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+                                                     q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16,
+                                                     qk_rope_head_dim=16, v_head_dim=16, first_k_dense_replace=1,
+                                                     num_nextn_predict_layers=1, topk_method="noaux_tc",
+                                                     rope_scaling=_YARN)),
+    # GLM-5 / DeepSeek-V3.2: MLA + DSA indexer; moe_layer_freq, num_nextn_predict_layers, scoring as published.
+    "GlmMoeDsaForCausalLM": ("glm_moe_dsa", dict(_T, num_key_value_heads=4, intermediate_size=128,
+                                                 moe_intermediate_size=32, num_hidden_layers=4, n_routed_experts=8,
+                                                 num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=2,
+                                                 q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16,
+                                                 qk_rope_head_dim=16, v_head_dim=16, index_topk=16, index_head_dim=16,
+                                                 index_n_heads=2, num_nextn_predict_layers=1, rope_scaling=_YARN,
+                                                 **_DEEPSEEK_PUBLISHED)),
+    "DeepseekV32ForCausalLM": ("deepseek_v32", dict(_T, num_key_value_heads=4, intermediate_size=128,
+                                                    moe_intermediate_size=32, num_hidden_layers=4, n_routed_experts=8,
+                                                    num_experts_per_tok=2, n_group=4, topk_group=2,
+                                                    first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=32,
+                                                    kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16,
+                                                    v_head_dim=16, index_topk=16, index_head_dim=16, index_n_heads=2,
+                                                    num_nextn_predict_layers=1, rope_scaling=_YARN,
+                                                    **_DEEPSEEK_PUBLISHED)),
     "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
 }
 # Architectures with a rule that SGLang cannot build on a CPU-only host: proven at config level only
@@ -205,13 +230,26 @@ def draft_architecture(cfg) -> Optional[str]:
     return (new, stub.hf_config) if new != arch else None
 
 
+def transformers_config(arch: str, model_type: str, values: Dict[str, Any]):
+    """transformers' own config class for this model type built from the values (None: it has none)."""
+    import transformers
+
+    try:
+        cls = transformers.CONFIG_MAPPING[model_type]
+    except KeyError:
+        return None
+    cfg = cls(**copy.deepcopy(values))
+    cfg.architectures = [arch]
+    return cfg
+
+
 def transformers_moe_layers(arch: str, cfg) -> Optional[List[int]]:
     """Decoder layer ids whose block holds experts in transformers' own module tree (None: no such class)."""
     import torch
     import transformers
 
     cls = getattr(transformers, arch, None)
-    if cls is None:
+    if cls is None or cfg is None:
         return None
     with torch.device("meta"):
         model = cls(copy.deepcopy(cfg))
@@ -266,7 +304,14 @@ def prove(arch: str) -> Dict[str, Any]:
             raise AssertionError(f"{draft_arch}: {len(drouters)} routers, layout MTP routed layers: {want}")
         how.append(f"draft {draft_arch}: {len(drouters)} MTP router(s)"
                    + (f" top-{layout.mtp_layers[0].topk}" if drouters else " (dense MTP)"))
-    hf = transformers_moe_layers(arch, config_object(arch, model_type, values))  # SGLang's build edits cfg
+    # transformers' own config class for the model type (SGLang may build another: DeepSeek-V3.2's is a V3
+    # alias), and what its save_pretrained writes: the same layout and fingerprint.
+    hf_cfg = transformers_config(arch, model_type, values)
+    if hf_cfg is not None:
+        for spelled in (hf_cfg, json.loads(hf_cfg.to_json_string())):
+            other = layout_from_hf_config(spelled)
+            assert other == layout and other.fingerprint == layout.fingerprint, (arch, other, layout)
+    hf = transformers_moe_layers(arch, hf_cfg)
     if hf is not None:
         if hf != list(layout.moe_layer_ids):
             raise AssertionError(f"{arch}: transformers' module tree has experts in layers {hf}, "

@@ -109,12 +109,65 @@ def test_qwen3_5_text_only_checkpoint_matches_the_wrapped_one():
     ]
 
 
-def test_deepseek_honours_moe_layer_freq_but_glm_does_not():
-    # deepseek_v2.py checks layer % moe_layer_freq; glm4_moe.py does not.
-    ds = {**load("deepseek_v3"), "moe_layer_freq": 2}
-    assert layout_from_hf_config(ds).moe_layer_ids == tuple(i for i in range(3, 61) if i % 2 == 0)
+def test_deepseek_moe_layer_freq_other_than_one_is_refused_and_glm_ignores_it():
+    # deepseek_v2.py checks layer % moe_layer_freq; transformers' DeepSeek-V2/V3 modeling does not (MoE iff
+    # layer >= first_k_dense_replace): no layout both serve. glm4_moe.py ignores it, as transformers does.
+    for name, arch in (("deepseek_v3", "DeepseekV3ForCausalLM"), ("deepseek_v3", "DeepseekV2ForCausalLM")):
+        with pytest.raises(LayoutError, match=rf"{arch}: moe_layer_freq=2.*transformers.*disagree"):
+            layout_from_hf_config({**load(name), "architectures": [arch], "model_type": None, "moe_layer_freq": 2})
+    assert layout_from_hf_config({**load("deepseek_v3"), "moe_layer_freq": 1}) == layout_from_hf_config(
+        load("deepseek_v3"))
     glm = {**load("glm4_7"), "moe_layer_freq": 2}
     assert layout_from_hf_config(glm).moe_layer_ids == tuple(range(3, 92))
+
+
+# GLM-4.7-Flash (zai-org/GLM-4.7-Flash: 47 layers, first_k_dense_replace=1, 64 experts, top-4, one NextN layer),
+# GLM-5 (zai-org/GLM-5: 78 layers, first_k_dense_replace=3, 256 experts, top-8, one NextN layer),
+# DeepSeek-V3.2 (61 layers as V3). The sweep (tests/test_sweep.py) proves the rules on SGLang's module tree.
+_MLA_DSA = {
+    "glm4_7_flash": {"architectures": ["Glm4MoeLiteForCausalLM"], "model_type": "glm4_moe_lite",
+                     "num_hidden_layers": 47, "first_k_dense_replace": 1, "n_routed_experts": 64,
+                     "num_experts_per_tok": 4, "num_nextn_predict_layers": 1, "topk_method": "noaux_tc"},
+    "glm5": {"architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa", "num_hidden_layers": 78,
+             "first_k_dense_replace": 3, "n_routed_experts": 256, "num_experts_per_tok": 8,
+             "num_nextn_predict_layers": 1, "moe_layer_freq": 1},
+    "deepseek_v3_2": {"architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
+                      "num_hidden_layers": 61, "first_k_dense_replace": 3, "n_routed_experts": 256,
+                      "num_experts_per_tok": 8, "num_nextn_predict_layers": 1, "moe_layer_freq": 1,
+                      "index_topk": 2048},
+}
+
+
+@pytest.mark.parametrize("name, L, first_dense, E, k", [("glm4_7_flash", 47, 1, 64, 4), ("glm5", 78, 3, 256, 8),
+                                                         ("deepseek_v3_2", 61, 3, 256, 8)])
+def test_mla_dsa_families_first_k_dense_and_one_moe_nextn_layer(name, L, first_dense, E, k):
+    cfg = _MLA_DSA[name]
+    layout = layout_from_hf_config(cfg)
+    assert layout.moe_layer_ids == tuple(range(first_dense, L)) and (layout.num_experts, layout.topk) == (E, k)
+    assert [(l.id, l.depth, l.num_experts, l.topk) for l in layout.mtp_layers] == [(L, 1, E, k)]
+    # transformers' spelling of the same layers (mlp_layer_types) is the same model
+    types = ["dense"] * first_dense + ["sparse"] * (L - first_dense)
+    same = layout_from_hf_config({**cfg, "mlp_layer_types": types})
+    assert same == layout and same.fingerprint == layout.fingerprint
+    # ... and one that says otherwise is refused: SGLang builds from first_k_dense_replace
+    with pytest.raises(LayoutError, match="mlp_layer_types=.*disagree with first_k_dense_replace"):
+        layout_from_hf_config({**cfg, "mlp_layer_types": ["dense"] * (first_dense + 1) + ["sparse"] * (L - first_dense - 1)})
+
+
+def test_glm47_flash_needs_first_k_dense_replace_which_its_transformers_class_does_not_define():
+    cfg = dict(_MLA_DSA["glm4_7_flash"])
+    del cfg["first_k_dense_replace"]
+    with pytest.raises(LayoutError, match="Glm4MoeLiteForCausalLM config is missing 'first_k_dense_replace'"):
+        layout_from_hf_config(cfg)
+    # transformers' default mlp_layer_types (layer 0 dense) disagree with first_k_dense_replace=2
+    with pytest.raises(LayoutError, match="disagree with first_k_dense_replace"):
+        layout_from_hf_config({**_MLA_DSA["glm4_7_flash"], "first_k_dense_replace": 2})
+
+
+def test_glm5_and_deepseek_v3_2_refuse_moe_layer_freq_other_than_one():
+    for cfg in (_MLA_DSA["glm5"], _MLA_DSA["deepseek_v3_2"]):
+        with pytest.raises(LayoutError, match="moe_layer_freq=2"):
+            layout_from_hf_config({**cfg, "moe_layer_freq": 2})
 
 
 @pytest.mark.parametrize("override", [{"decoder_sparse_step": 2}, {"mlp_only_layers": [0]}])
