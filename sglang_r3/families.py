@@ -201,6 +201,21 @@ def _glm_moe_dsa_fields(d: Dict[str, Any]) -> None:
         d["n_routed_experts"] = experts
 
 
+def _gpt_oss_fields(d: Dict[str, Any]) -> None:
+    # configuration_gpt_oss.py __post_init__, in its order: kv heads default to heads, head_dim to
+    # hidden_size // heads, layer_types alternate sliding / full (layer 0 sliding), and a YaRN rope when
+    # the file gives none.
+    _kv_heads_default_to_heads(d)
+    if d.get("head_dim") is None and d.get("hidden_size") and d.get("num_attention_heads"):
+        d["head_dim"] = int(d["hidden_size"]) // int(d["num_attention_heads"])
+    if d.get("layer_types") is None and d.get("num_hidden_layers") is not None:
+        d["layer_types"] = ["sliding_attention" if (i + 1) % 2 else "full_attention"
+                            for i in range(int(d["num_hidden_layers"]))]
+    if d.get("rope_parameters") is None and d.get("rope_scaling") is None:
+        d["rope_parameters"] = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                "truncate": False, "original_max_position_embeddings": 4096}
+
+
 def _step3p5_fields(d: Dict[str, Any]) -> None:
     # SGLang's configs/step3p5.py: the share_expert_dims keyword is stored as share_expert_dim (default
     # 1280); yarn_only_types None becomes []. moe_layers_enum is a "3,4,..." string in published files
@@ -348,6 +363,18 @@ _DEEPSEEK_V32 = Facts(
     defaults=_DEEPSEEK_V3.defaults,
     derive=_DEEPSEEK_V3.derive + (_mlp_layer_types_first_k_dense, _dsa_layer_types),
     routing_keys=_DSA_KEYS,
+)
+
+_GPT_OSS = Facts(
+    aliases={"num_experts": "num_local_experts"},
+    defaults={"attention_bias": True, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880,
+              "intermediate_size": 2880, "max_position_embeddings": 131072, "num_attention_heads": 64,
+              "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_key_value_heads": 8, "num_local_experts": 128,
+              "rms_norm_eps": 1e-05, "rope_theta": 150000.0, "sliding_window": 128, "swiglu_limit": 7.0,
+              "tie_word_embeddings": False, "vocab_size": 201088},
+    derive=(_gpt_oss_fields,),
+    # the experts' clamped SwiGLU (SGLang's gpt_oss.py reads swiglu_limit)
+    routing_keys=("swiglu_limit",),
 )
 
 # SGLang's own class (configs/step3p5.py); __init__ keyword defaults.
@@ -602,6 +629,9 @@ FAMILIES: Tuple[Family, ...] = (
     # minimax_m2.py declares every decoder layer sparse (declare_ffn(sparse=True)); its MTP modules are not
     # built by SGLang 0.5.23's draft path for it, so no MTP layers.
     Family("MiniMax-M2", {"MiniMaxM2ForCausalLM": "minimax_m2"}, {"minimax_m2": _MINIMAX_M2}, _every_layer_moe),
+    # gpt_oss.py: every decoder layer GptOssSparseMoeBlock (TopK over num_local_experts, renormalized after
+    # top-k); attention sinks and alternating sliding windows change the hidden states, not which layers route.
+    Family("gpt-oss", {"GptOssForCausalLM": "gpt_oss"}, {"gpt_oss": _GPT_OSS}, _every_layer_moe),
     Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
 )
 

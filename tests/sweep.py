@@ -112,6 +112,13 @@ SPECS: Dict[str, tuple] = {
                                                     v_head_dim=16, index_topk=16, index_head_dim=16, index_n_heads=2,
                                                     num_nextn_predict_layers=1, rope_scaling=_YARN,
                                                     **_DEEPSEEK_PUBLISHED)),
+    # gpt-oss: sliding_window, swiglu_limit and rope_scaling (YaRN) as openai/gpt-oss-20b publishes them.
+    "GptOssForCausalLM": ("gpt_oss", dict(_T, intermediate_size=32, num_hidden_layers=3, num_local_experts=8,
+                                          num_experts_per_tok=2, sliding_window=128, swiglu_limit=7.0,
+                                          rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                                                        "beta_slow": 1.0, "truncate": False,
+                                                        "original_max_position_embeddings": 4096},
+                                          rope_theta=150000)),
     "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
 }
 # Architectures with a rule that SGLang cannot build on a CPU-only host: proven at config level only
