@@ -216,6 +216,25 @@ def _gpt_oss_fields(d: Dict[str, Any]) -> None:
                                 "truncate": False, "original_max_position_embeddings": 4096}
 
 
+def _llama4_text_fields(d: Dict[str, Any]) -> None:
+    # configuration_llama4.py Llama4TextConfig.__post_init__, in its order.
+    _kv_heads_default_to_heads(d)
+    L = d.get("num_hidden_layers")
+    if L is None:
+        return
+    L = int(L)
+    if not d.get("no_rope_layers"):
+        interval = int(d.get("no_rope_layer_interval", 4))
+        d["no_rope_layers"] = [int((i + 1) % interval != 0) for i in range(L)]
+    if d.get("head_dim") is None and d.get("hidden_size") and d.get("num_attention_heads"):
+        d["head_dim"] = int(d["hidden_size"]) // int(d["num_attention_heads"])
+    step = int(d.get("interleave_moe_layer_step", 1))
+    if d.get("moe_layers") is None and step:  # transformers: range(step - 1, L, step); step 0 it cannot build
+        d["moe_layers"] = list(range(step - 1, L, step))
+    if d.get("layer_types") is None:
+        d["layer_types"] = ["chunked_attention" if no_rope else "full_attention" for no_rope in d["no_rope_layers"]]
+
+
 def _step3p5_fields(d: Dict[str, Any]) -> None:
     # SGLang's configs/step3p5.py: the share_expert_dims keyword is stored as share_expert_dim (default
     # 1280); yarn_only_types None becomes []. moe_layers_enum is a "3,4,..." string in published files
@@ -375,6 +394,23 @@ _GPT_OSS = Facts(
     derive=(_gpt_oss_fields,),
     # the experts' clamped SwiGLU (SGLang's gpt_oss.py reads swiglu_limit)
     routing_keys=("swiglu_limit",),
+)
+
+_LLAMA4_TEXT = Facts(
+    aliases={},
+    defaults={"attention_bias": False, "attention_chunk_size": 8192, "attn_scale": 0.1,
+              "attn_temperature_tuning": True, "floor_scale": 8192, "head_dim": 128, "hidden_act": "silu",
+              "hidden_size": 5120, "interleave_moe_layer_step": 1, "intermediate_size": 8192,
+              "intermediate_size_mlp": 16384, "max_position_embeddings": 131072, "no_rope_layer_interval": 4,
+              "num_attention_heads": 40, "num_experts_per_tok": 1, "num_hidden_layers": 48, "num_key_value_heads": 8,
+              "num_local_experts": 16, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": False,
+              "use_qk_norm": True, "vocab_size": 202048},
+    derive=(_llama4_text_fields,),
+    # which layers are MoE (SGLang: interleave_moe_layer_step; transformers: moe_layers), the dense MLP width,
+    # NoPE layers and chunked attention, attention temperature tuning (llama4.py reads them all).
+    routing_keys=("interleave_moe_layer_step", "moe_layers", "intermediate_size_mlp", "no_rope_layers",
+                  "no_rope_layer_interval", "attention_chunk_size", "attn_temperature_tuning", "floor_scale",
+                  "attn_scale"),
 )
 
 # SGLang's own class (configs/step3p5.py); __init__ keyword defaults.
@@ -543,6 +579,26 @@ def _every_layer_moe(v, arch) -> Stack:
     return _stack(L, lambda i: True, E, k)
 
 
+def _llama4(v, arch) -> Stack:
+    """Llama 4 text (llama4.py `_is_moe_layer`): MoE iff (layer + 1) % interleave_moe_layer_step == 0 (every
+    layer when the step is 0), num_local_experts experts, top num_experts_per_tok (top-1, sigmoid after the
+    top-k: ids are plain experts). transformers builds from moe_layers (default: the same interleave); a
+    config whose moe_layers disagree is refused. No MTP."""
+    L = _int(v, "num_hidden_layers", arch)
+    E = _int(v, "num_local_experts", arch)
+    k = _int(v, "num_experts_per_tok", arch)
+    step = _int(v, "interleave_moe_layer_step", arch, default=1)
+    stack = _stack(L, (lambda i: E > 0) if step == 0 else (lambda i: (i + 1) % step == 0), E, k)
+    given = v.get("moe_layers")
+    if given is not None and sorted(int(i) for i in given) != list(stack.moe):
+        raise RuleError(
+            f"{arch}: moe_layers={list(given)} (what transformers builds its MoE layers from) disagree with "
+            f"interleave_moe_layer_step={step} (what SGLang 0.5.23 builds them from: MoE layers {list(stack.moe)}); "
+            f"refusing a layout one of them would not serve"
+        )
+    return stack
+
+
 # step3p5_mtp.py builds every MTP layer's block as Step3p5DecoderLayer(layer_id=45) ("FIXME"): each
 # depth reads layer 45's entries of moe_layers_enum / layer_types / swiglu_limits.
 _STEP3P5_MTP_LAYER_ID = 45
@@ -632,6 +688,8 @@ FAMILIES: Tuple[Family, ...] = (
     # gpt_oss.py: every decoder layer GptOssSparseMoeBlock (TopK over num_local_experts, renormalized after
     # top-k); attention sinks and alternating sliding windows change the hidden states, not which layers route.
     Family("gpt-oss", {"GptOssForCausalLM": "gpt_oss"}, {"gpt_oss": _GPT_OSS}, _every_layer_moe),
+    Family("Llama 4", {"Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4"},
+           {"llama4_text": _LLAMA4_TEXT}, _llama4, text_model_types={"llama4": "llama4_text"}),
     Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
 )
 

@@ -45,6 +45,10 @@ _DEEPSEEK_PUBLISHED = dict(moe_layer_freq=1, topk_method="noaux_tc", scoring_fun
 _T = dict(vocab_size=256, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
           max_position_embeddings=512, tie_word_embeddings=False)
 
+_LLAMA4_TEXT = dict(_T, intermediate_size=32, intermediate_size_mlp=64, num_hidden_layers=4, num_local_experts=4,
+                    num_experts_per_tok=1, interleave_moe_layer_step=2, no_rope_layer_interval=4,
+                    attention_chunk_size=64)
+
 # Tiny configs, per architecture with a rule: (model_type of the config class, values). Values not named
 # take the class defaults.
 SPECS: Dict[str, tuple] = {
@@ -119,6 +123,16 @@ SPECS: Dict[str, tuple] = {
                                                         "beta_slow": 1.0, "truncate": False,
                                                         "original_max_position_embeddings": 4096},
                                           rope_theta=150000)),
+    # Llama 4: MoE every interleave_moe_layer_step-th layer (Maverick publishes 2), top-1; NoPE every 4th layer.
+    "Llama4ForCausalLM": ("llama4_text", dict(_LLAMA4_TEXT)),
+    "Llama4ForConditionalGeneration": ("llama4", dict(text_config=dict(_LLAMA4_TEXT, model_type="llama4_text"),
+                                                      vision_config=dict(hidden_size=64, num_attention_heads=4,
+                                                                         num_hidden_layers=1, intermediate_size=64,
+                                                                         vision_output_dim=64, image_size=56,
+                                                                         patch_size=14,
+                                                                         projector_input_dim=64,
+                                                                         projector_output_dim=64),
+                                                      tie_word_embeddings=False)),
     "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
 }
 # Architectures with a rule that SGLang cannot build on a CPU-only host: proven at config level only
@@ -261,10 +275,10 @@ def transformers_moe_layers(arch: str, cfg) -> Optional[List[int]]:
     with torch.device("meta"):
         model = cls(copy.deepcopy(cfg))
     layers = None
-    for name, m in model.named_modules():
-        if name.endswith("layers") and isinstance(m, torch.nn.ModuleList):
-            layers = m
-            break
+    lists = [(n, m) for n, m in model.named_modules() if n.endswith("layers") and isinstance(m, torch.nn.ModuleList)]
+    # a multimodal wrapper: the language model's decoder layers, not the vision tower's
+    text = [(n, m) for n, m in lists if "language_model" in n or "text" in n]
+    layers = (text or lists)[0][1]
     out = []
     for i, layer in enumerate(layers):
         if any(type(s).__name__.endswith(("Experts", "SparseMoeBlock", "MoE", "Moe")) or hasattr(s, "experts")
