@@ -235,6 +235,15 @@ def _llama4_text_fields(d: Dict[str, Any]) -> None:
         d["layer_types"] = ["chunked_attention" if no_rope else "full_attention" for no_rope in d["no_rope_layers"]]
 
 
+def _qwen3_vl_moe_text_fields(d: Dict[str, Any]) -> None:
+    # configuration_qwen3_vl_moe.py Qwen3VLMoeTextConfig.__post_init__: no sliding window, whatever the file says.
+    _kv_heads_default_to_heads(d)
+    if not d.get("head_dim") and d.get("hidden_size") and d.get("num_attention_heads"):
+        d["head_dim"] = int(d["hidden_size"]) // int(d["num_attention_heads"])
+    d["sliding_window"] = None
+    _mlp_only_layers_list(d)
+
+
 def _step3p5_fields(d: Dict[str, Any]) -> None:
     # SGLang's configs/step3p5.py: the share_expert_dims keyword is stored as share_expert_dim (default
     # 1280); yarn_only_types None becomes []. moe_layers_enum is a "3,4,..." string in published files
@@ -411,6 +420,16 @@ _LLAMA4_TEXT = Facts(
     routing_keys=("interleave_moe_layer_step", "moe_layers", "intermediate_size_mlp", "no_rope_layers",
                   "no_rope_layer_interval", "attention_chunk_size", "attn_temperature_tuning", "floor_scale",
                   "attn_scale"),
+)
+
+_QWEN3_VL_MOE_TEXT = Facts(
+    aliases={"num_experts": "num_local_experts"},
+    defaults={"attention_bias": False, "decoder_sparse_step": 1, "hidden_act": "silu", "hidden_size": 2048,
+              "intermediate_size": 5632, "max_position_embeddings": 128000, "moe_intermediate_size": 1408,
+              "num_attention_heads": 16, "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 16,
+              "num_local_experts": 60, "rms_norm_eps": 1e-06, "rope_theta": 500000.0, "tie_word_embeddings": True,
+              "vocab_size": 151936},
+    derive=(_qwen3_vl_moe_text_fields,),
 )
 
 # SGLang's own class (configs/step3p5.py); __init__ keyword defaults.
@@ -690,6 +709,9 @@ FAMILIES: Tuple[Family, ...] = (
     Family("gpt-oss", {"GptOssForCausalLM": "gpt_oss"}, {"gpt_oss": _GPT_OSS}, _every_layer_moe),
     Family("Llama 4", {"Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4"},
            {"llama4_text": _LLAMA4_TEXT}, _llama4, text_model_types={"llama4": "llama4_text"}),
+    # qwen3_vl_moe.py builds its language model from qwen3_moe.py's decoder layers: every layer MoE.
+    Family("Qwen3-VL-MoE (text)", {"Qwen3VLMoeForConditionalGeneration": "qwen3_vl_moe"},
+           {"qwen3_vl_moe_text": _QWEN3_VL_MOE_TEXT}, _qwen_moe, text_model_types={"qwen3_vl_moe": "qwen3_vl_moe_text"}),
     Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
 )
 

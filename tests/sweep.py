@@ -133,6 +133,16 @@ SPECS: Dict[str, tuple] = {
                                                                          projector_input_dim=64,
                                                                          projector_output_dim=64),
                                                       tie_word_embeddings=False)),
+    # Qwen3-VL-MoE: the text model routes (mrope as Qwen/Qwen3-VL-30B-A3B publishes it); a one-block vision tower.
+    "Qwen3VLMoeForConditionalGeneration": ("qwen3_vl_moe", dict(
+        text_config=dict(_T, model_type="qwen3_vl_moe_text", intermediate_size=128, moe_intermediate_size=32,
+                         num_hidden_layers=3, num_experts=8, num_experts_per_tok=2,
+                         rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+                         rope_theta=5000000),
+        vision_config=dict(depth=1, hidden_size=64, intermediate_size=64, num_heads=4, out_hidden_size=64,
+                           patch_size=16, temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64,
+                           deepstack_visual_indexes=[0]),
+        tie_word_embeddings=False)),
     "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
 }
 # Architectures with a rule that SGLang cannot build on a CPU-only host: proven at config level only

@@ -121,6 +121,8 @@ def _perturbations():
 # Architectures SGLang dispatches on, per model type (only to make the configs complete): the registry's
 # last architecture of each model type (Qwen3.5: its text-only Qwen3_5MoeForCausalLM).
 _ARCH = {mt: arch for fam in FAMILIES for arch, mt in fam.architectures.items() if mt}
+_WRAPPED = {text: (outer, arch) for fam in FAMILIES for outer, text in fam.text_model_types.items()
+            for arch, mt in fam.architectures.items() if mt == outer}
 # Attention widths a class validates together: changed as a consistent trio.
 _WIDTHS = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
 _WIDTHS_CHANGED = {"hidden_size": 128, "num_attention_heads": 8, "num_key_value_heads": 4}
@@ -130,11 +132,16 @@ _WIDTHS_CHANGED = {"hidden_size": 128, "num_attention_heads": 8, "num_key_value_
 def test_one_changed_value_reads_the_same_through_file_and_object(tmp_path, model_type, key, value):
     # Every default the table holds, changed one at a time: the class's derivations (head_dim from
     # qk_rope_head_dim, sliding windows, layer types, RoPE) must be mirrored for each of them.
-    raw = {"model_type": model_type, "architectures": [_ARCH[model_type]], key: value}
+    inner = {"model_type": model_type, key: value}
     if key in _WIDTHS:
-        raw.update({**_WIDTHS, key: _WIDTHS_CHANGED[key]})
+        inner.update({**_WIDTHS, key: _WIDTHS_CHANGED[key]})
     if model_type in ("qwen3_next", "qwen3_5_moe_text"):
-        raw.setdefault("full_attention_interval", 4)
+        inner.setdefault("full_attention_interval", 4)
+    if model_type in _ARCH:
+        raw = {**inner, "architectures": [_ARCH[model_type]]}
+    else:  # a text model type only a multimodal wrapper dispatches on: changed inside its text_config
+        outer, arch = _WRAPPED[model_type]
+        raw = {"model_type": outer, "architectures": [arch], "text_config": inner}
     try:
         obj = _sglang_config(tmp_path, raw)
     except Exception as e:  # the class itself refuses this value: nothing to compare
