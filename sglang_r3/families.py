@@ -244,6 +244,12 @@ def _qwen3_vl_moe_text_fields(d: Dict[str, Any]) -> None:
     _mlp_only_layers_list(d)
 
 
+def _ernie4_5_moe_end_index(d: Dict[str, Any]) -> None:
+    # configuration_ernie4_5_moe.py __post_init__: moe_layer_end_index -1 is the last layer.
+    if d.get("moe_layer_end_index") == -1 and d.get("num_hidden_layers") is not None:
+        d["moe_layer_end_index"] = int(d["num_hidden_layers"]) - 1
+
+
 def _step3p5_fields(d: Dict[str, Any]) -> None:
     # SGLang's configs/step3p5.py: the share_expert_dims keyword is stored as share_expert_dim (default
     # 1280); yarn_only_types None becomes []. moe_layers_enum is a "3,4,..." string in published files
@@ -432,6 +438,18 @@ _QWEN3_VL_MOE_TEXT = Facts(
     derive=(_qwen3_vl_moe_text_fields,),
 )
 
+_ERNIE4_5_MOE = Facts(
+    aliases={"num_experts": "moe_num_experts", "num_experts_per_tok": "moe_k"},
+    defaults={"hidden_act": "silu", "hidden_size": 2560, "intermediate_size": 12288, "max_position_embeddings": 131072,
+              "moe_intermediate_size": 1536, "moe_k": 6, "moe_layer_end_index": -1, "moe_layer_interval": 1,
+              "moe_layer_start_index": 1, "moe_norm_min": 1e-12, "moe_num_experts": 64, "moe_num_shared_experts": 2,
+              "num_attention_heads": 20, "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-05,
+              "rope_theta": 500000.0, "tie_word_embeddings": True, "use_bias": False, "vocab_size": 103424},
+    derive=(_ernie4_5_moe_end_index,),
+    routing_keys=("moe_k", "moe_num_shared_experts", "moe_layer_start_index", "moe_layer_end_index",
+                  "moe_layer_interval", "moe_norm_min", "use_bias"),
+)
+
 # SGLang's own class (configs/step3p5.py); __init__ keyword defaults.
 _STEP3P5 = Facts(
     aliases={},
@@ -618,6 +636,26 @@ def _llama4(v, arch) -> Stack:
     return stack
 
 
+def _ernie4_5_moe(v, arch) -> Stack:
+    """ERNIE-4.5-MoE (ernie4.py): MoE iff moe_layer_start_index <= layer <= moe_layer_end_index and
+    (layer - start) % moe_layer_interval == 0; transformers counts (layer + 1) % moe_layer_interval == 0, so
+    an interval other than 1 is refused (they disagree). Its MTP layers (ernie4_eagle.py, built with
+    is_mtp=True) are dense."""
+    L = _int(v, "num_hidden_layers", arch)
+    E = _int(v, "moe_num_experts", arch)
+    k = _int(v, "moe_k", arch)
+    start = _int(v, "moe_layer_start_index", arch)
+    end = _int(v, "moe_layer_end_index", arch)
+    interval = _int(v, "moe_layer_interval", arch)
+    if interval != 1:
+        raise RuleError(
+            f"{arch}: moe_layer_interval={interval}: SGLang 0.5.23 (ernie4.py) makes layer i MoE iff "
+            f"(i - moe_layer_start_index) % interval == 0, transformers iff (i + 1) % interval == 0: they disagree "
+            f"on which layers are MoE; refusing a layout one of them would not serve"
+        )
+    return _stack(L, lambda i: start <= i <= end, E, k, _mtp_count(v, arch, default=0), mtp_moe=False)
+
+
 # step3p5_mtp.py builds every MTP layer's block as Step3p5DecoderLayer(layer_id=45) ("FIXME"): each
 # depth reads layer 45's entries of moe_layers_enum / layer_types / swiglu_limits.
 _STEP3P5_MTP_LAYER_ID = 45
@@ -712,6 +750,8 @@ FAMILIES: Tuple[Family, ...] = (
     # qwen3_vl_moe.py builds its language model from qwen3_moe.py's decoder layers: every layer MoE.
     Family("Qwen3-VL-MoE (text)", {"Qwen3VLMoeForConditionalGeneration": "qwen3_vl_moe"},
            {"qwen3_vl_moe_text": _QWEN3_VL_MOE_TEXT}, _qwen_moe, text_model_types={"qwen3_vl_moe": "qwen3_vl_moe_text"}),
+    Family("ERNIE-4.5-MoE", {"Ernie4_5_MoeForCausalLM": "ernie4_5_moe"}, {"ernie4_5_moe": _ERNIE4_5_MOE},
+           _ernie4_5_moe, mtp=MTP_NEXTN),
     Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
 )
 

@@ -143,6 +143,13 @@ SPECS: Dict[str, tuple] = {
                            patch_size=16, temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64,
                            deepstack_visual_indexes=[0]),
         tie_word_embeddings=False)),
+    # ERNIE-4.5-MoE: moe_layer_start_index, moe_num_shared_experts and the MTP layer count as
+    # baidu/ERNIE-4.5-21B-A3B-PT publishes them.
+    "Ernie4_5_MoeForCausalLM": ("ernie4_5_moe", dict(_T, intermediate_size=128, moe_intermediate_size=32,
+                                                     num_hidden_layers=4, moe_num_experts=8, moe_k=2,
+                                                     moe_layer_start_index=1, moe_layer_end_index=-1,
+                                                     moe_layer_interval=1, moe_num_shared_experts=2, use_bias=False,
+                                                     num_nextn_predict_layers=1)),
     "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
 }
 # Architectures with a rule that SGLang cannot build on a CPU-only host: proven at config level only
