@@ -450,6 +450,17 @@ _ERNIE4_5_MOE = Facts(
                   "moe_layer_interval", "moe_norm_min", "use_bias"),
 )
 
+_HUNYUAN_V1_MOE = Facts(
+    aliases={"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"},
+    defaults={"attention_bias": False, "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 11008,
+              "max_position_embeddings": 2048, "moe_topk": 1, "num_attention_heads": 32, "num_experts": 1,
+              "num_hidden_layers": 32, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": False,
+              "vocab_size": 290943},
+    derive=(_kv_heads_default_to_heads,),
+    # per-layer top-k / shared experts, the mixed shared MLP, cross-layer attention (hunyuan.py reads them)
+    routing_keys=("moe_topk", "use_mixed_mlp_moe", "num_shared_expert", "use_cla", "cla_share_factor"),
+)
+
 # SGLang's own class (configs/step3p5.py); __init__ keyword defaults.
 _STEP3P5 = Facts(
     aliases={},
@@ -656,6 +667,31 @@ def _ernie4_5_moe(v, arch) -> Stack:
     return _stack(L, lambda i: start <= i <= end, E, k, _mtp_count(v, arch, default=0), mtp_moe=False)
 
 
+def _hunyuan_moe(v, arch) -> Stack:
+    """Hunyuan-MoE v1 (hunyuan.py): every decoder layer HunYuanSparseMoeBlock when num_experts > 1, top
+    moe_topk (an int, or one per layer). transformers builds a MoE block in every layer whatever
+    num_experts is; with one expert SGLang builds dense MLPs instead, so that is refused; so are per-layer
+    top-ks that differ (one routing record row holds one top-k). No MTP."""
+    L = _int(v, "num_hidden_layers", arch)
+    E = _int(v, "num_experts", arch)
+    topk = v.get("moe_topk")
+    if isinstance(topk, list):
+        if len(topk) < L or len({int(x) for x in topk[:L]}) != 1:
+            raise RuleError(
+                f"{arch}: moe_topk={topk} gives layers different top-ks (or fewer than num_hidden_layers={L}); "
+                f"a routing record holds one top-k per row; refusing"
+            )
+        k = int(topk[0])
+    else:
+        k = _int(v, "moe_topk", arch)
+    if E <= 1:
+        raise RuleError(
+            f"{arch}: num_experts={E}: SGLang 0.5.23 (hunyuan.py `_is_moe`) builds dense MLPs, transformers' "
+            f"HunYuanMoEV1 a one-expert MoE block in every layer: they disagree; refusing"
+        )
+    return _stack(L, lambda i: True, E, k)
+
+
 # step3p5_mtp.py builds every MTP layer's block as Step3p5DecoderLayer(layer_id=45) ("FIXME"): each
 # depth reads layer 45's entries of moe_layers_enum / layer_types / swiglu_limits.
 _STEP3P5_MTP_LAYER_ID = 45
@@ -752,6 +788,8 @@ FAMILIES: Tuple[Family, ...] = (
            {"qwen3_vl_moe_text": _QWEN3_VL_MOE_TEXT}, _qwen_moe, text_model_types={"qwen3_vl_moe": "qwen3_vl_moe_text"}),
     Family("ERNIE-4.5-MoE", {"Ernie4_5_MoeForCausalLM": "ernie4_5_moe"}, {"ernie4_5_moe": _ERNIE4_5_MOE},
            _ernie4_5_moe, mtp=MTP_NEXTN),
+    Family("Hunyuan-MoE v1", {"HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe"}, {"hunyuan_v1_moe": _HUNYUAN_V1_MOE},
+           _hunyuan_moe),
     Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
 )
 
