@@ -461,6 +461,18 @@ _HUNYUAN_V1_MOE = Facts(
     routing_keys=("moe_topk", "use_mixed_mlp_moe", "num_shared_expert", "use_cla", "cla_share_factor"),
 )
 
+_GRANITEMOE = Facts(
+    aliases={},
+    defaults={"attention_bias": False, "attention_multiplier": 1.0, "embedding_multiplier": 1.0, "hidden_act": "silu",
+              "hidden_size": 4096, "intermediate_size": 11008, "max_position_embeddings": 2048,
+              "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_local_experts": 8,
+              "residual_multiplier": 1.0, "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "tie_word_embeddings": False,
+              "vocab_size": 32000},
+    derive=(_kv_heads_default_to_heads,),
+    # Granite's scalings of embeddings, residual branches and attention (granitemoe.py reads them)
+    routing_keys=("embedding_multiplier", "residual_multiplier", "attention_multiplier"),
+)
+
 # SGLang's own class (configs/step3p5.py); __init__ keyword defaults.
 _STEP3P5 = Facts(
     aliases={},
@@ -790,6 +802,8 @@ FAMILIES: Tuple[Family, ...] = (
            _ernie4_5_moe, mtp=MTP_NEXTN),
     Family("Hunyuan-MoE v1", {"HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe"}, {"hunyuan_v1_moe": _HUNYUAN_V1_MOE},
            _hunyuan_moe),
+    # granitemoe.py: every decoder layer GraniteMoeMoE (TopK over num_local_experts).
+    Family("Granite-MoE", {"GraniteMoeForCausalLM": "granitemoe"}, {"granitemoe": _GRANITEMOE}, _every_layer_moe),
     Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
 )
 

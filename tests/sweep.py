@@ -156,6 +156,11 @@ SPECS: Dict[str, tuple] = {
                                                        moe_topk=[2, 2, 2], num_shared_expert=[1, 1, 1],
                                                        moe_intermediate_size=[32, 32, 32], use_mixed_mlp_moe=1,
                                                        use_qk_norm=True, use_cla=False, cla_share_factor=2)),
+    # Granite-MoE: the multipliers as ibm-granite/granite-3.1-3b-a800m-instruct publishes them.
+    "GraniteMoeForCausalLM": ("granitemoe", dict(_T, intermediate_size=32, num_hidden_layers=2, num_local_experts=8,
+                                                 num_experts_per_tok=2, embedding_multiplier=12.0,
+                                                 residual_multiplier=0.22, attention_multiplier=0.015625,
+                                                 logits_scaling=6.0)),
     "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
 }
 # Architectures with a rule that SGLang cannot build on a CPU-only host: proven at config level only
