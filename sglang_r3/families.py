@@ -473,6 +473,25 @@ _GRANITEMOE = Facts(
     routing_keys=("embedding_multiplier", "residual_multiplier", "attention_multiplier"),
 )
 
+def _lfm2_moe_tie(d: Dict[str, Any]) -> None:
+    # configuration_lfm2_moe.py __post_init__: a tie_embedding keyword is tie_word_embeddings.
+    if "tie_embedding" in d:
+        d["tie_word_embeddings"] = d.pop("tie_embedding")
+
+
+_LFM2_MOE = Facts(
+    aliases={},
+    defaults={"conv_L_cache": 3, "conv_bias": False, "hidden_size": 2048, "intermediate_size": 7168,
+              "max_position_embeddings": 128000, "moe_intermediate_size": 1792, "norm_eps": 1e-05,
+              "norm_topk_prob": True, "num_attention_heads": 32, "num_dense_layers": 2, "num_experts": 32,
+              "num_experts_per_tok": 4, "num_hidden_layers": 32, "num_key_value_heads": 8, "rope_theta": 1000000.0,
+              "routed_scaling_factor": 1.0, "tie_word_embeddings": True, "use_expert_bias": True,
+              "vocab_size": 65536},
+    derive=(_lfm2_moe_tie,),
+    # the dense prefix, the router's expert bias, the short-conv blocks and LFM2's norm epsilon
+    routing_keys=("num_dense_layers", "use_expert_bias", "conv_bias", "conv_L_cache", "norm_eps"),
+)
+
 # SGLang's own class (configs/step3p5.py); __init__ keyword defaults.
 _STEP3P5 = Facts(
     aliases={},
@@ -704,6 +723,16 @@ def _hunyuan_moe(v, arch) -> Stack:
     return _stack(L, lambda i: True, E, k)
 
 
+def _lfm2_moe(v, arch) -> Stack:
+    """LFM2-MoE (lfm2_moe.py, as transformers): layers below num_dense_layers dense, the rest MoE (sigmoid
+    routing with an expert bias: plain expert ids), short-conv or attention alike. No MTP."""
+    L = _int(v, "num_hidden_layers", arch)
+    E = _int(v, "num_experts", arch)
+    k = _int(v, "num_experts_per_tok", arch)
+    dense = _int(v, "num_dense_layers", arch)
+    return _stack(L, lambda i: i >= dense, E, k)
+
+
 # step3p5_mtp.py builds every MTP layer's block as Step3p5DecoderLayer(layer_id=45) ("FIXME"): each
 # depth reads layer 45's entries of moe_layers_enum / layer_types / swiglu_limits.
 _STEP3P5_MTP_LAYER_ID = 45
@@ -804,6 +833,7 @@ FAMILIES: Tuple[Family, ...] = (
            _hunyuan_moe),
     # granitemoe.py: every decoder layer GraniteMoeMoE (TopK over num_local_experts).
     Family("Granite-MoE", {"GraniteMoeForCausalLM": "granitemoe"}, {"granitemoe": _GRANITEMOE}, _every_layer_moe),
+    Family("LFM2-MoE", {"Lfm2MoeForCausalLM": "lfm2_moe"}, {"lfm2_moe": _LFM2_MOE}, _lfm2_moe),
     Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
 )
 

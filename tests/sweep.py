@@ -161,6 +161,12 @@ SPECS: Dict[str, tuple] = {
                                                  num_experts_per_tok=2, embedding_multiplier=12.0,
                                                  residual_multiplier=0.22, attention_multiplier=0.015625,
                                                  logits_scaling=6.0)),
+    # LFM2-MoE: short-conv and attention layers (layer_types), num_dense_layers, expert bias as
+    # LiquidAI/LFM2-8B-A1B publishes them.
+    "Lfm2MoeForCausalLM": ("lfm2_moe", dict(_T, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=4,
+                                            num_experts=8, num_experts_per_tok=2, num_dense_layers=2,
+                                            use_expert_bias=True, conv_L_cache=3,
+                                            layer_types=["conv", "full_attention", "conv", "full_attention"])),
     "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
 }
 # Architectures with a rule that SGLang cannot build on a CPU-only host: proven at config level only
