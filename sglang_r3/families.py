@@ -492,6 +492,28 @@ _LFM2_MOE = Facts(
     routing_keys=("num_dense_layers", "use_expert_bias", "conv_bias", "conv_L_cache", "norm_eps"),
 )
 
+def _afmoe_fields(d: Dict[str, Any]) -> None:
+    # SGLang's configs/afmoe.py __init__: kv heads default to heads, head_dim to hidden_size // heads.
+    _kv_heads_default_to_heads(d)
+    if d.get("head_dim") is None and d.get("hidden_size") and d.get("num_attention_heads"):
+        d["head_dim"] = int(d["hidden_size"]) // int(d["num_attention_heads"])
+
+
+# SGLang's own class (configs/afmoe.py); __init__ keyword defaults (they differ from transformers' AfmoeConfig's:
+# a file that leaves them out is a different model in each, so the rule needs the keys that decide layers).
+_AFMOE = Facts(
+    aliases={},
+    defaults={"attention_bias": False, "global_attn_every_n_layers": 4, "hidden_act": "silu", "hidden_size": 4096,
+              "intermediate_size": 11008, "max_position_embeddings": 131072, "moe_intermediate_size": 256,
+              "mup_enabled": False, "n_group": 1, "num_attention_heads": 32, "num_dense_layers": 0,
+              "num_hidden_layers": 32, "num_shared_experts": 0, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+              "route_norm": True, "route_scale": 1.0, "score_func": "sigmoid", "tie_word_embeddings": False,
+              "topk_group": 1, "vocab_size": 32000},
+    derive=(_afmoe_fields,),
+    routing_keys=("num_dense_layers", "num_shared_experts", "score_func", "route_norm", "route_scale",
+                  "global_attn_every_n_layers", "mup_enabled"),
+)
+
 # SGLang's own class (configs/step3p5.py); __init__ keyword defaults.
 _STEP3P5 = Facts(
     aliases={},
@@ -733,6 +755,24 @@ def _lfm2_moe(v, arch) -> Stack:
     return _stack(L, lambda i: i >= dense, E, k)
 
 
+def _afmoe(v, arch) -> Stack:
+    """AFMoE / Arcee Trinity (afmoe.py, as transformers): layers below num_dense_layers dense, the rest MoE.
+    SGLang's own AfmoeConfig leaves layer_types None when the file has none (every layer full attention),
+    transformers derives sliding layers from global_attn_every_n_layers: such a file is two different models,
+    so it is refused."""
+    L = _int(v, "num_hidden_layers", arch)
+    E = _int(v, "num_experts", arch)
+    k = _int(v, "num_experts_per_tok", arch)
+    dense = _int(v, "num_dense_layers", arch)
+    if v.get("layer_types") is None:
+        raise RuleError(
+            f"{arch}: the config has no layer_types: SGLang 0.5.23's AfmoeConfig then builds every layer with full "
+            f"attention, transformers' derives sliding-window layers from global_attn_every_n_layers (two "
+            f"different models); refusing"
+        )
+    return _stack(L, lambda i: i >= dense, E, k)
+
+
 # step3p5_mtp.py builds every MTP layer's block as Step3p5DecoderLayer(layer_id=45) ("FIXME"): each
 # depth reads layer 45's entries of moe_layers_enum / layer_types / swiglu_limits.
 _STEP3P5_MTP_LAYER_ID = 45
@@ -834,6 +874,7 @@ FAMILIES: Tuple[Family, ...] = (
     # granitemoe.py: every decoder layer GraniteMoeMoE (TopK over num_local_experts).
     Family("Granite-MoE", {"GraniteMoeForCausalLM": "granitemoe"}, {"granitemoe": _GRANITEMOE}, _every_layer_moe),
     Family("LFM2-MoE", {"Lfm2MoeForCausalLM": "lfm2_moe"}, {"lfm2_moe": _LFM2_MOE}, _lfm2_moe),
+    Family("AFMoE (Arcee Trinity)", {"AfmoeForCausalLM": "afmoe"}, {"afmoe": _AFMOE}, _afmoe),
     Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
 )
 

@@ -167,6 +167,14 @@ SPECS: Dict[str, tuple] = {
                                             num_experts=8, num_experts_per_tok=2, num_dense_layers=2,
                                             use_expert_bias=True, conv_L_cache=3,
                                             layer_types=["conv", "full_attention", "conv", "full_attention"])),
+    # AFMoE (arcee-ai/Trinity): every key whose SGLang and transformers defaults differ given, as published
+    # (layer_types, sliding_window, num_dense_layers, score_func, route_norm, ...).
+    "AfmoeForCausalLM": ("afmoe", dict(_T, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=4,
+                                       num_experts=8, num_experts_per_tok=2, num_shared_experts=1, num_dense_layers=1,
+                                       score_func="sigmoid", route_norm=True, route_scale=2.826, n_group=1,
+                                       topk_group=1, global_attn_every_n_layers=2, sliding_window=64,
+                                       layer_types=["sliding_attention", "full_attention"] * 2, mup_enabled=True,
+                                       rope_theta=10000)),
     "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
 }
 # Architectures with a rule that SGLang cannot build on a CPU-only host: proven at config level only

@@ -2,8 +2,9 @@
 
 ``routers_of(model)`` reads every ``TopK`` router SGLang instantiated (its ``layer_id``, its routed top-k:
 ``topk_config.top_k`` less the fused shared-expert columns it appends) and the ``FusedMoE`` experts of the
-same layer (``num_experts`` less ``num_fused_shared_experts``): what a routing record's rows are written
-from. ``check_main`` / ``check_draft`` compare them with the layout the config's family rule gives
+same layer (``num_experts`` less ``num_fused_shared_experts``; or, where a MoE block keeps its experts as a
+``ModuleList`` of expert MLPs beside its ``topk`` router, as AFMoE does, their number): what a routing
+record's rows are written from. ``check_main`` / ``check_draft`` compare them with the layout the config's family rule gives
 (``sglang_r3.families``) and raise ``LayoutMismatch`` naming the architecture and the first layer that does
 not fit, so start-up refuses a model whose routing the layout would mislabel. tests/test_sweep.py runs the
 same reading on every MoE architecture of SGLang's registry.
@@ -37,10 +38,15 @@ def routers_of(model) -> Dict[int, ServedRouter]:
     """Per layer id, the router SGLang built there (one per layer; two different ones refuse)."""
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
     from sglang.srt.layers.moe.topk import TopK
+    from torch.nn import ModuleList
 
     experts: Dict[int, set] = {}
     topks: Dict[int, set] = {}
     for m in model.modules():
+        router, listed = getattr(m, "topk", None), getattr(m, "experts", None)
+        if isinstance(router, TopK) and isinstance(listed, ModuleList) and not isinstance(m, FusedMoE):
+            # experts as a list of expert MLPs next to the router (AFMoE's AfmoeMoE), not a FusedMoE
+            experts.setdefault(int(router.layer_id), set()).add(len(listed))
         if isinstance(m, FusedMoE):
             experts.setdefault(int(m.layer_id), set()).add(
                 int(m.num_experts) - int(getattr(m, "num_fused_shared_experts", 0) or 0)
