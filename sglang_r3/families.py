@@ -825,6 +825,22 @@ _ZERO_EXPERTS = (
     "could not be replayed as plain expert choices"
 )
 
+_DBRX_REFUSAL = (
+    "dbrx.py keeps its experts as raw weight tensors allocated on CUDA and run through fused_experts (no FusedMoE "
+    "module), so the start-up check cannot read the experts SGLang served; and its routing lives in a nested "
+    "ffn_config (moe_num_experts, moe_top_k) that the config view does not resolve"
+)
+_DEEPSEEK_V4_REFUSAL = (
+    "its first num_hash_layers MoE layers route by a token-id table (HashTopK's tid2eid), not a learned router: "
+    "those ids have no Megatron router to replay into; and its mHC / Engram blocks are not described"
+)
+_MIMO_V2_REFUSAL = (
+    "SGLang builds its layers from per-layer lists (moe_layer_freq, hybrid_layer_pattern, swa_*) that "
+    "transformers' MiMoV2FlashConfig ignores (it derives mlp_layer_types, layer_types and per-attention-type "
+    "rope_parameters instead), and its 3 dense MTP layers are served either as one draft layer "
+    "(_config_draft_model forces num_nextn_predict_layers=1) or by multi-layer EAGLE, which sglang-r3 has not "
+    "proven for it: the checkpoint's MTP layout is not what SGLang builds"
+)
 
 # --- the registry ------------------------------------------------------------------------------------------
 
@@ -875,6 +891,10 @@ FAMILIES: Tuple[Family, ...] = (
     Family("Granite-MoE", {"GraniteMoeForCausalLM": "granitemoe"}, {"granitemoe": _GRANITEMOE}, _every_layer_moe),
     Family("LFM2-MoE", {"Lfm2MoeForCausalLM": "lfm2_moe"}, {"lfm2_moe": _LFM2_MOE}, _lfm2_moe),
     Family("AFMoE (Arcee Trinity)", {"AfmoeForCausalLM": "afmoe"}, {"afmoe": _AFMOE}, _afmoe),
+    Family("DBRX", {"DbrxForCausalLM": "dbrx"}, refusal=_DBRX_REFUSAL),
+    Family("DeepSeek-V4", {"DeepseekV4ForCausalLM": "deepseek_v4"}, refusal=_DEEPSEEK_V4_REFUSAL, mtp=MTP_NEXTN),
+    Family("MiMo-V2-Flash", {"MiMoV2FlashForCausalLM": "mimo_v2_flash", "MiMoV2ForCausalLM": "mimo_v2_flash"},
+           refusal=_MIMO_V2_REFUSAL, mtp=MTP_MULTI_LAYER),
     Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
 )
 

@@ -550,3 +550,94 @@ def test_minimax_m2_every_layer_moe_and_longcat_zero_experts_refused_by_name():
     assert layout_from_hf_config({**cfg, "use_routing_bias": False}).fingerprint != layout.fingerprint
     with pytest.raises(LayoutError, match="'LongcatFlashForCausalLM'.*zero-computation"):
         layout_from_hf_config({"architectures": ["LongcatFlashForCausalLM"], "num_hidden_layers": 28})
+
+
+# Published configs of the newer families (values as their model cards' config.json give them); the sweep
+# (tests/test_sweep.py) proves each rule on SGLang's and transformers' module trees from a tiny config.
+def test_gpt_oss_every_layer_moe():
+    # openai/gpt-oss-120b: 36 layers, 128 experts, top-4 (experts_per_token repeats it)
+    cfg = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "num_hidden_layers": 36,
+           "num_local_experts": 128, "num_experts_per_tok": 4, "experts_per_token": 4, "sliding_window": 128}
+    layout = layout_from_hf_config(cfg)
+    assert layout.moe_layer_ids == tuple(range(36)) and (layout.num_experts, layout.topk) == (128, 4)
+    assert layout.num_mtp_layers == 0
+    # transformers' derived layer_types (sliding, full, ...) are the same model written out
+    same = layout_from_hf_config({**cfg, "layer_types": ["sliding_attention", "full_attention"] * 18})
+    assert same.fingerprint == layout.fingerprint
+    assert layout_from_hf_config({**cfg, "sliding_window": 64}).fingerprint != layout.fingerprint
+
+
+def test_llama4_interleaved_moe_top1_and_moe_layers_that_disagree_refused():
+    # Llama-4-Maverick: 48 layers, MoE every 2nd (1, 3, ...), 128 experts, top-1; Scout: every layer, 16 experts.
+    text = {"model_type": "llama4_text", "num_hidden_layers": 48, "num_local_experts": 128, "num_experts_per_tok": 1,
+            "interleave_moe_layer_step": 2}
+    maverick = {"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4", "text_config": text}
+    layout = layout_from_hf_config(maverick)
+    assert layout.moe_layer_ids == tuple(range(1, 48, 2)) and (layout.num_experts, layout.topk) == (128, 1)
+    scout = layout_from_hf_config({**maverick, "text_config": {**text, "num_local_experts": 16,
+                                                               "interleave_moe_layer_step": 1}})
+    assert scout.moe_layer_ids == tuple(range(48))
+    text_only = layout_from_hf_config({**text, "architectures": ["Llama4ForCausalLM"]})
+    assert text_only.moe_layer_ids == layout.moe_layer_ids
+    # transformers' moe_layers, when given, must be SGLang's interleave
+    assert layout_from_hf_config({**maverick, "text_config": {**text, "moe_layers": list(range(1, 48, 2))}}) == layout
+    with pytest.raises(LayoutError, match="moe_layers=.*interleave_moe_layer_step=2"):
+        layout_from_hf_config({**maverick, "text_config": {**text, "moe_layers": list(range(0, 48, 2))}})
+
+
+def test_qwen3_vl_moe_text_routing_every_layer_and_sparse_step_refused():
+    # Qwen/Qwen3-VL-30B-A3B-Instruct text_config: 48 layers, 128 experts, top-8
+    text = {"model_type": "qwen3_vl_moe_text", "num_hidden_layers": 48, "num_experts": 128, "num_experts_per_tok": 8}
+    cfg = {"architectures": ["Qwen3VLMoeForConditionalGeneration"], "model_type": "qwen3_vl_moe", "text_config": text}
+    layout = layout_from_hf_config(cfg)
+    assert layout.moe_layer_ids == tuple(range(48)) and (layout.num_experts, layout.topk) == (128, 8)
+    with pytest.raises(LayoutError, match="decoder_sparse_step=2"):
+        layout_from_hf_config({**cfg, "text_config": {**text, "decoder_sparse_step": 2}})
+
+
+def test_ernie_moe_layer_range_dense_mtp_and_interval_refused():
+    # baidu/ERNIE-4.5-21B-A3B-PT: 28 layers, MoE from layer 1 to the last (-1), 64 experts, top-6, one MTP layer
+    cfg = {"architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe", "num_hidden_layers": 28,
+           "moe_num_experts": 64, "moe_k": 6, "moe_layer_start_index": 1, "moe_layer_end_index": -1,
+           "moe_layer_interval": 1, "num_nextn_predict_layers": 1}
+    layout = layout_from_hf_config(cfg)
+    assert layout.moe_layer_ids == tuple(range(1, 28)) and (layout.num_experts, layout.topk) == (64, 6)
+    assert [(l.id, l.num_experts) for l in layout.mtp_layers] == [(28, 0)]  # dense MTP (ernie4_eagle.py)
+    assert layout_from_hf_config({**cfg, "moe_layer_end_index": 27}).fingerprint == layout.fingerprint
+    with pytest.raises(LayoutError, match="moe_layer_interval=2"):
+        layout_from_hf_config({**cfg, "moe_layer_interval": 2})
+
+
+def test_hunyuan_per_layer_topk_lists_and_one_expert_refused():
+    # tencent/Hunyuan-A13B-Instruct: 32 layers, 64 experts, moe_topk a per-layer list of 8s
+    cfg = {"architectures": ["HunYuanMoEV1ForCausalLM"], "model_type": "hunyuan_v1_moe", "num_hidden_layers": 32,
+           "num_experts": 64, "moe_topk": [8] * 32, "use_mixed_mlp_moe": 1, "num_shared_expert": [1] * 32}
+    layout = layout_from_hf_config(cfg)
+    assert layout.moe_layer_ids == tuple(range(32)) and (layout.num_experts, layout.topk) == (64, 8)
+    with pytest.raises(LayoutError, match="different top-ks"):
+        layout_from_hf_config({**cfg, "moe_topk": [8] * 31 + [4]})
+    with pytest.raises(LayoutError, match="num_experts=1.*dense"):
+        layout_from_hf_config({**cfg, "num_experts": 1})
+
+
+def test_granite_lfm2_afmoe_layouts():
+    granite = layout_from_hf_config({"architectures": ["GraniteMoeForCausalLM"], "model_type": "granitemoe",
+                                     "num_hidden_layers": 32, "num_local_experts": 40, "num_experts_per_tok": 8})
+    assert granite.moe_layer_ids == tuple(range(32)) and (granite.num_experts, granite.topk) == (40, 8)
+    lfm2 = layout_from_hf_config({"architectures": ["Lfm2MoeForCausalLM"], "model_type": "lfm2_moe",
+                                  "num_hidden_layers": 24, "num_dense_layers": 2, "num_experts": 32,
+                                  "num_experts_per_tok": 4})
+    assert lfm2.moe_layer_ids == tuple(range(2, 24)) and (lfm2.num_experts, lfm2.topk) == (32, 4)
+    afmoe = {"architectures": ["AfmoeForCausalLM"], "model_type": "afmoe", "num_hidden_layers": 4,
+             "num_dense_layers": 1, "num_experts": 8, "num_experts_per_tok": 2,
+             "layer_types": ["sliding_attention", "full_attention"] * 2}
+    assert layout_from_hf_config(afmoe).moe_layer_ids == (1, 2, 3)
+    with pytest.raises(LayoutError, match="no layer_types"):
+        layout_from_hf_config({k: v for k, v in afmoe.items() if k != "layer_types"})
+
+
+@pytest.mark.parametrize("arch, words", [("DbrxForCausalLM", "fused_experts"), ("DeepseekV4ForCausalLM", "tid2eid"),
+                                         ("MiMoV2FlashForCausalLM", "MTP layout")])
+def test_families_refused_with_a_specific_reason(arch, words):
+    with pytest.raises(LayoutError, match=rf"'{arch}'.*{words}"):
+        layout_from_hf_config({"architectures": [arch], "num_hidden_layers": 2})
