@@ -46,6 +46,9 @@ SHAPES = (
     Shape("Qwen3-30B-A3B", 48, 0, 128, 8, num_mtp=0),
 )
 GLM45 = SHAPES[0]
+# More than 256 experts: ids travel as uint16 (bit-packed to 9 bits in msgpack). Kimi-K2's published config:
+# 61 layers, first_k_dense_replace 1, n_routed_experts 384, num_experts_per_tok 8, no MTP layer.
+WIDE_SHAPES = (Shape("Kimi-K2", 61, 1, 384, 8, num_mtp=0),)
 
 
 def random_topk(rng: np.random.Generator, rows: int, num_experts: int, topk: int, dtype=np.uint8) -> np.ndarray:

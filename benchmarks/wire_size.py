@@ -15,7 +15,7 @@ import httpx
 import msgpack
 import orjson
 
-from benchmarks.shapes import GLM45, SHAPES, Shape, synthetic_record, upstream_routed_experts
+from benchmarks.shapes import GLM45, SHAPES, WIDE_SHAPES, Shape, synthetic_record, upstream_routed_experts
 from sglang_r3.record import RoutingRecord, bits_for
 
 MSGPACK = "application/msgpack"
@@ -86,6 +86,8 @@ def synthetic(rows: int = 4096, short_rows=(64, 512)) -> Dict[str, Any]:
         "record_size_ratio_vs_upstream_json": glm["upstream_over_ours_json"],
         "record_size_vs_bound": max(v["ours_msgpack_over_bound"] for v in per_shape.values()),
         "record_size_vs_bound_json": max(v["ours_json_over_bound"] for v in per_shape.values()),
+        # > 256 experts (uint16 ids), beside GLM-4.5's: reported, not part of the goal keys above.
+        "wide_expert_shapes": {s.name: shape_sizes(s, rows) for s in WIDE_SHAPES},
     }
 
 
