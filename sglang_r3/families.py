@@ -773,6 +773,18 @@ def _afmoe(v, arch) -> Stack:
     return _stack(L, lambda i: i >= dense, E, k)
 
 
+def _minimax_m2(v, arch) -> Stack:
+    """MiniMax-M2 (minimax_m2.py: every decoder layer sparse). transformers' MiniMaxM2 always normalises q and
+    k over all heads; SGLang only when use_qk_norm is true (getattr default False), as the published config
+    says: a config without it is two different models, refused."""
+    if v.get("use_qk_norm") is not True:
+        raise RuleError(
+            f"{arch}: use_qk_norm={v.get('use_qk_norm')!r}: SGLang 0.5.23 (minimax_m2.py) then builds no q/k norm, "
+            f"transformers' MiniMaxM2 always applies one (the published config sets use_qk_norm: true); refusing"
+        )
+    return _every_layer_moe(v, arch)
+
+
 # step3p5_mtp.py builds every MTP layer's block as Step3p5DecoderLayer(layer_id=45) ("FIXME"): each
 # depth reads layer 45's entries of moe_layers_enum / layer_types / swiglu_limits.
 _STEP3P5_MTP_LAYER_ID = 45
@@ -874,7 +886,7 @@ FAMILIES: Tuple[Family, ...] = (
            mtp=MTP_MULTI_LAYER, multi_layer_capture=True),
     # minimax_m2.py declares every decoder layer sparse (declare_ffn(sparse=True)); its MTP modules are not
     # built by SGLang 0.5.23's draft path for it, so no MTP layers.
-    Family("MiniMax-M2", {"MiniMaxM2ForCausalLM": "minimax_m2"}, {"minimax_m2": _MINIMAX_M2}, _every_layer_moe),
+    Family("MiniMax-M2", {"MiniMaxM2ForCausalLM": "minimax_m2"}, {"minimax_m2": _MINIMAX_M2}, _minimax_m2),
     # gpt_oss.py: every decoder layer GptOssSparseMoeBlock (TopK over num_local_experts, renormalized after
     # top-k); attention sinks and alternating sliding windows change the hidden states, not which layers route.
     Family("gpt-oss", {"GptOssForCausalLM": "gpt_oss"}, {"gpt_oss": _GPT_OSS}, _every_layer_moe),

@@ -76,6 +76,21 @@ FAMILIES: Dict[str, Family] = {
                            "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
         mtp_layers=1,
     ),
+    # GLM-4.7-Flash: MLA (YaRN, as the CPU runtime needs), layer 0 dense (first_k_dense_replace, a published key
+    # transformers' Glm4MoeLiteConfig keeps; its mlp_layer_types default agrees), sigmoid top-k with a correction
+    # bias, one NextN MTP layer.
+    "glm4_moe_lite": Family(
+        "glm4_moe_lite", "Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
+        dict(_TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+             n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
+             n_shared_experts=1, routed_scaling_factor=1.8, norm_topk_prob=True, q_lora_rank=32, kv_lora_rank=32,
+             qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, num_nextn_predict_layers=1,
+             topk_method="noaux_tc",
+             rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+                           "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
+        router_std=0.4,  # sigmoid scores off saturation: choices move from token to token
+        mtp_layers=1,
+    ),
     "olmoe": Family(
         "olmoe", "OlmoeConfig", "OlmoeForCausalLM",
         dict(_TINY, num_key_value_heads=4, intermediate_size=32, num_hidden_layers=2, num_experts=8, num_experts_per_tok=2,
@@ -240,7 +255,9 @@ MTP_FLAGS = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
              "--speculative-num-draft-tokens", "4"]
 
 # server name -> (family, extra flags): every family plain, and DeepSeek-V3 again with MTP speculation on.
-SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in FAMILIES}, "deepseek_v3_mtp": ("deepseek_v3", MTP_FLAGS)}
+SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in FAMILIES}, "deepseek_v3_mtp": ("deepseek_v3", MTP_FLAGS),
+                              # GLM-4.7-Flash: one server, MTP speculation on (its main rows against transformers)
+                              "glm4_moe_lite": ("glm4_moe_lite", MTP_FLAGS)}
 # Servers that run together (a test compares them); one group at a time: an idle CPU server holds
 # ~2-3 GB of host memory, and the suite's own servers run alongside.
 GROUPS: Dict[str, List[str]] = {n: [n] for n in FAMILIES}

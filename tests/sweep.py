@@ -89,7 +89,7 @@ SPECS: Dict[str, tuple] = {
                                                                                                "model_type")}),
     "MiniMaxM2ForCausalLM": ("minimax_m2", dict(_T, intermediate_size=32, num_hidden_layers=3, num_local_experts=8,
                                                 num_experts_per_tok=2, scoring_func="sigmoid",
-                                                use_routing_bias=True, qk_norm_type="per_layer",
+                                                use_routing_bias=True, qk_norm_type="per_layer", use_qk_norm=True,
                                                 rotary_dim=8)),  # as MiniMax-M2 publishes them
     # GLM-4.7-Flash: first_k_dense_replace, num_nextn_predict_layers and topk_method as zai-org/GLM-4.7-Flash
     # publishes them (keys transformers' Glm4MoeLiteConfig keeps; SGLang reads them).

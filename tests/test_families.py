@@ -7,7 +7,8 @@ tree (which layers have a router and experts).
 
 DeepSeek-V3 (MLA, YaRN, grouped top-k, one NextN layer) runs exactly once the CPU runtime attends
 over the decompressed k/v in its MHA prefill (sglang_r3/patches/cpu/mla.py); it is served twice, MTP
-speculation off and on.
+speculation off and on. GLM-4.7-Flash (MLA through the same path, one NextN layer) is served once, with MTP
+speculation on: its main rows must be transformers' (which never speculates), so spec on = off.
 
 Families that do not run here, and why (SGLang 0.5.23, torch_native attention, CPU):
 - Qwen3.5-MoE (and Qwen3.5 MTP): SGLang's model modules do not import on CPU (``sgl_kernel`` has no
@@ -15,6 +16,9 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
 - Qwen3-Next: its gated-delta-net linear attention runs FLA Triton kernels (code reading, not run).
 - Qwen2-MoE: does not start, a Triton path (issue 18's report, not rerun).
 - GPT-OSS: attention sinks, which TorchNativeAttnBackend does not take (code reading, not run).
+- MiniMax-M2: its QK norm (minimax_m2.py ``rms_sumsq_serial``) asserts CUDA tensors; served without it
+  (``use_qk_norm`` unset, SGLang's default) its rows differ from transformers', which always normalises q and
+  k -- which is why the layout rule refuses a config without ``use_qk_norm: true`` (run, then removed).
 """
 
 from __future__ import annotations
@@ -183,3 +187,27 @@ def test_deepseek_v3_mtp_sampled_rows_are_transformers_router_topk(served, oracl
         np.testing.assert_array_equal(np.sort(upstream[:, list(layout.moe_layer_ids)], axis=-1), got)
         _check_mtp_section(tokens, rec.mtp)
 
+
+
+@pytest.mark.parametrize("served", ["glm4_moe_lite"], indirect=True)
+def test_glm47_flash_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged(served, oracles):
+    # GLM-4.7-Flash is served once, with NextN speculation on (tests/families.py SERVERS): its main rows must be
+    # what transformers routes with no speculation at all (greedy and sampled), upstream's routed_experts too,
+    # and the draft's routing sits in the MTP section at depth 1.
+    url = served.url
+    trace = oracles("glm4_moe_lite")
+    layout = fetch_layout(url)
+    assert [(l.id, l.num_experts, l.topk) for l in layout.mtp_layers] == [(3, 8, 2)]
+    prompts = [list(p.encode()) for p in PROMPTS]
+    for mode in sorted(SAMPLING):
+        outs = generate(url, input_ids=prompts, return_routing={"mtp": True}, return_routed_experts=True,
+                        sampling_params={**SAMPLING[mode], "max_new_tokens": 32})
+        for prompt, out in zip(prompts, outs):
+            tokens = prompt + list(out["output_ids"])
+            rec = record_of(out)
+            got = np.sort(rec.experts.astype(np.int64), axis=-1)
+            np.testing.assert_array_equal(got, trace.topk(tokens)[:-1])
+            upstream = _upstream_rows(out["meta_info"]["routed_experts"], len(tokens), layout.num_hidden_layers,
+                                      layout.topk)
+            np.testing.assert_array_equal(np.sort(upstream[:, list(layout.moe_layer_ids)], axis=-1), got)
+            _check_mtp_section(tokens, rec.mtp)

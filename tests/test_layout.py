@@ -543,11 +543,15 @@ def test_minimax_m2_every_layer_moe_and_longcat_zero_experts_refused_by_name():
     # MiniMax-M2 as published (62 layers, 256 experts, top-8); the sweep (tests/test_sweep.py) proves the rule
     # against SGLang's module tree.
     cfg = {"architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2", "num_hidden_layers": 62,
-           "num_local_experts": 256, "num_experts_per_tok": 8, "scoring_func": "sigmoid", "use_routing_bias": True}
+           "num_local_experts": 256, "num_experts_per_tok": 8, "scoring_func": "sigmoid", "use_routing_bias": True,
+           "use_qk_norm": True, "qk_norm_type": "per_layer"}
     layout = layout_from_hf_config(cfg)
     assert layout.moe_layer_ids == tuple(range(62)) and (layout.num_experts, layout.topk) == (256, 8)
     assert layout.num_mtp_layers == 0
     assert layout_from_hf_config({**cfg, "use_routing_bias": False}).fingerprint != layout.fingerprint
+    # transformers always normalises q/k; SGLang only with use_qk_norm: without it, refused
+    with pytest.raises(LayoutError, match="use_qk_norm=None.*transformers' MiniMaxM2 always"):
+        layout_from_hf_config({k: v for k, v in cfg.items() if k != "use_qk_norm"})
     with pytest.raises(LayoutError, match="'LongcatFlashForCausalLM'.*zero-computation"):
         layout_from_hf_config({"architectures": ["LongcatFlashForCausalLM"], "num_hidden_layers": 28})
 
