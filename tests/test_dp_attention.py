@@ -2,7 +2,7 @@
 
 slime's GLM-4.7 guide (THUDM/slime 624b824, ``scripts/run-glm4.7-30B-A3B.sh``) serves with
 ``--enable-dp-attention --dp-size 8 --enable-dp-lm-head --moe-dense-tp-size 1`` and EAGLE MTP 3/1/4;
-here the same flags at 2 ranks on the CPU runtime. Under DP attention every MoE layer routes the tokens
+here the same flags at 2 ranks on the CPU runtime, with chunked prefill and forced retractions. Under DP attention every MoE layer routes the tokens
 of all DP ranks gathered into one batch, so rank 1's rows are not at the front of what its router sees.
 
 Oracles, none of them our capture: the suite's one-rank servers on the same prompts (a row is a function
@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from benchmarks.run import PlainServer
+from benchmarks.soak import SOAK_SERVER_ENV
 from tests.routing_http import TIMEOUT, flush_cache, greedy, ids, record_of
 from tests.servers import ServerProcess
 from tests.test_launch_paths import OPT_IN, SLIME_OVERRIDES, SlimeLaunchServer
@@ -88,16 +89,20 @@ class _Served:
 class TestOurLauncherWithSlimesGlm47Flags:
     @pytest.fixture(scope="class")
     def dp_url(self):
-        with _Served(ServerProcess(SLIME_GLM47 + EAGLE + CHUNKED)) as url:
+        # SGLang's own test switch retracts running requests every 10th forward (benchmarks/soak.py): the
+        # retracted requests are recomputed, on whichever slots they get back.
+        with _Served(ServerProcess(SLIME_GLM47 + EAGLE + CHUNKED, env=SOAK_SERVER_ENV)) as url:
             yield url
 
     def test_batch_rows_on_both_dp_ranks_equal_a_one_rank_server(self, dp_url, one_rank):
         before = _rows_written(dp_url)
         assert len(before) == 2, "expected one capturer per DP rank"
-        for prompt, got in zip(PROMPTS, _batch(dp_url, PROMPTS)):
+        outs = _batch(dp_url, PROMPTS)
+        for prompt, got in zip(PROMPTS, outs):
             _assert_same_rows(got, one_rank[prompt], prompt)
         after = _rows_written(dp_url)
         assert all(a > b for a, b in zip(after, before)), f"both DP ranks must have served: {before} -> {after}"
+        assert sum(int(o["meta_info"].get("num_retractions") or 0) for o in outs) > 0, "no request was retracted"
 
     def test_a_lone_request_with_the_other_rank_idle(self, dp_url, one_rank):
         # The idle rank still joins every MoE layer's gather (an IDLE forward); the busy one files its rows.
