@@ -36,6 +36,7 @@ EAGLE = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--
 # Prefill chunks of 64 tokens: the long prompt is prefilled in several chunked forwards.
 CHUNKED = ["--chunked-prefill-size", "64"]
 NEW_TOKENS = 20
+MAX_BATCHES = 12
 PROMPTS = [
     "Hello there, how are you?",
     "x",
@@ -97,12 +98,20 @@ class TestOurLauncherWithSlimesGlm47Flags:
     def test_batch_rows_on_both_dp_ranks_equal_a_one_rank_server(self, dp_url, one_rank):
         before = _rows_written(dp_url)
         assert len(before) == 2, "expected one capturer per DP rank"
-        outs = _batch(dp_url, PROMPTS)
-        for prompt, got in zip(PROMPTS, outs):
-            _assert_same_rows(got, one_rank[prompt], prompt)
+        # Which decode step lands on a retracting forward (every 10th of a scheduler, idle ones included)
+        # depends on how the batch was scheduled: batches are sent until one request was retracted (an even
+        # chance or better per batch), every one of them checked.
+        retracted = 0
+        for _ in range(MAX_BATCHES):
+            outs = _batch(dp_url, PROMPTS)
+            for prompt, got in zip(PROMPTS, outs):
+                _assert_same_rows(got, one_rank[prompt], prompt)
+            retracted += sum(int(o["meta_info"].get("num_retractions") or 0) for o in outs)
+            if retracted:
+                break
         after = _rows_written(dp_url)
         assert all(a > b for a, b in zip(after, before)), f"both DP ranks must have served: {before} -> {after}"
-        assert sum(int(o["meta_info"].get("num_retractions") or 0) for o in outs) > 0, "no request was retracted"
+        assert retracted, f"no request was retracted in {MAX_BATCHES} batches"
 
     def test_a_lone_request_with_the_other_rank_idle(self, dp_url, one_rank):
         # The idle rank still joins every MoE layer's gather (an IDLE forward); the busy one files its rows.

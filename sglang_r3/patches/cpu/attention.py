@@ -93,7 +93,21 @@ def _forward_extend_around(original, self, q, k, v, layer, forward_batch, save_k
         return _verify_forward(self, q, k, v, layer, forward_batch, save_kv_cache)
     if mla.is_mha_over_latent_pool(self, k, v, forward_batch, save_kv_cache):
         return mla.mha_extend(self, q, k, v, layer, forward_batch)  # DeepSeek MLA prefill (mla.py)
+    _fit_padded_requests(forward_batch)
     return original(self, q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
+
+
+def _fit_padded_requests(forward_batch) -> None:
+    """DP-attention padding (``ForwardBatch._pad_inputs_to_size``) appends dummy requests whose draft-extend
+    length is ``num_tokens_per_req`` but whose sequence length is the padded-row fill value (1); the stock
+    per-request loop then slices a query longer than its sequence. Dummy rows are discarded after the
+    forward: giving them a sequence as long as their extend changes no real request's attention."""
+    real = getattr(forward_batch, "_original_batch_size", None)
+    seq_lens, ext, pre = forward_batch.seq_lens, forward_batch.extend_seq_lens, forward_batch.extend_prefix_lens
+    if real is None or ext is None or pre is None or seq_lens.shape[0] <= real:
+        return
+    need = pre[real:] + ext[real:]
+    seq_lens[real:] = torch.maximum(seq_lens[real:], need.to(seq_lens.dtype))
 
 
 def _forward_decode_around(original, self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):
