@@ -156,6 +156,9 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch(f"{_TNA}.get_cpu_graph_seq_len_fill_value", "adds",
           "CPU only: the padded-row sequence length DP-attention padding asks for (1, as Intel AMX's); "
           "start-up stops if SGLang defines it itself"),
+    Touch("sglang.srt.arg_groups.model_override_base.model_config_of", "uses",
+          "start-up checks read the model config SGLang resolves (multi-layer MTP layout; hybrid-SWA pool on CPU)",
+          "(server_args)"),
     Touch("sglang.srt.mem_cache.pool_host.common.ALLOC_MEMORY_FUNCS", "uses",
           "CPU only: the 'cpu' entry allocates host pools without cudaHostRegister (no GPU to pin for)"),
     Touch("sgl_kernel", "op", "torch versions of the *_cpu speculative ops sgl-kernel's CPU paths call"),
