@@ -185,7 +185,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     ap.add_argument("--into-latest", action="store_true",
                     help="also write the key (with this run's machine and time) into results/latest.json")
     args = ap.parse_args(argv)
-    from benchmarks.run import machine
+    from benchmarks.machine import machine
 
     t0 = time.monotonic()
     res = measure(rounds=40 if args.quick else 100)
