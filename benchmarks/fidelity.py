@@ -1,7 +1,7 @@
 """``python -m benchmarks.fidelity [--quick]``: R3 measured end to end on one set of weights.
 
 The trainer holds the rollout engine's exact weights (the embedded checkpoint converted into a
-megatron-core GPTModel by ``sglang_r3.trainer.convert``, fp32) and teacher-forces the engine's own
+megatron-core GPTModel by ``tests/trainer/convert.py``, fp32) and teacher-forces the engine's own
 samples, so every difference comes from the engine's numerics (bf16), not from the weights:
 
 1. fp32 server vs Megatron fp32, no replay: logprobs and routing must match (the converter is exact).
@@ -156,7 +156,7 @@ def trainer_pass(model: Any, filler: Any, rollouts: Sequence[Rollout], replay: b
 
 
 def routing_report(filler: Any, layout: Any, rollouts: Sequence[Rollout], tp: TrainerPass):
-    from sglang_r3.trainer import fidelity_report, merge_reports
+    from sglang_r3.trainer.diagnostics import fidelity_report, merge_reports
 
     reports = []
     for r, chosen in zip(rollouts, tp.chosen):
@@ -167,7 +167,7 @@ def routing_report(filler: Any, layout: Any, rollouts: Sequence[Rollout], tp: Tr
 
 def completion_drift(rollouts: Sequence[Rollout], tp: TrainerPass):
     """Δ over the sampled (completion) tokens only: those are the ones whose ratio enters the loss."""
-    from sglang_r3.trainer import logprob_drift
+    from sglang_r3.trainer.diagnostics import logprob_drift
 
     mine = np.concatenate([lp[r.prompt_len - 1 :] for r, lp in zip(rollouts, tp.logprobs)])
     theirs = np.concatenate([r.logprobs[r.prompt_len - 1 :] for r in rollouts])
@@ -176,8 +176,8 @@ def completion_drift(rollouts: Sequence[Rollout], tp: TrainerPass):
 
 def mtp_agreement(filler: Any, rollouts: Sequence[Any], tp: TrainerPass) -> Dict[str, Any]:
     """Accepted depth-1 MTP-draft entries vs the trainer's MTP router at the same slot
-    (``sglang_r3.trainer.mtp_draft_agreement`` says how entries and slots line up)."""
-    from sglang_r3.trainer import merge_mtp_agreements, mtp_draft_agreement
+    (``sglang_r3.trainer.diagnostics.mtp_draft_agreement`` says how entries and slots line up)."""
+    from sglang_r3.trainer.diagnostics import merge_mtp_agreements, mtp_draft_agreement
 
     (site,) = [s for s in filler.mtp_sites if s.depth == 1]
     parts = []
@@ -231,7 +231,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
 
     from megatron_cpu import converted_embedded_model
     from replay_helpers import embedded_layout
-    from sglang_r3.trainer import ReplayFiller, logprob_drift
+    from sglang_r3.trainer import ReplayFiller
+    from sglang_r3.trainer.diagnostics import logprob_drift
 
     layout = embedded_layout()
     model = converted_embedded_model()

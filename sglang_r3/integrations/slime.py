@@ -1,42 +1,8 @@
-"""slime's R3 replay, filled by identity, with MTP routers routing live: the drop-in for
-``MegatronTrainRayActor.fill_routing_replay`` (slime/backends/megatron_utils/actor.py, THUDM/slime 624b824).
-
-What slime does (its ``docker/patch/latest/megatron.patch`` and ``slime/utils/routing_replay.py``): every
-megatron ``TopKRouter`` (MTP routers too) gets ``router.routing_replay``, a ``RoutingReplay`` appended to
-the class-wide ``RoutingReplay.all_routing_replays``, and a pre-forward hook that makes it the current
-replay. ``compute_topk`` reads ``ROUTING_REPLAY_STAGE`` at every call: ``fallthrough`` routes live,
-``record`` routes live and records, ``replay_forward`` / ``replay_backward`` pop the next rows of the
-current replay. slime's own fill then walks the decoder's MoE layers and records them into
-``all_routing_replays`` by list position, asserting that this used every replay: with MTP routers in
-the list it raises (seed 001), and MTP replays left empty make the next replayed forward pop from an
-empty list.
-
-Here each decoder MoE router's own ``routing_replay`` is found by identity (the router module's place
-in the model chunks gives its global layer id: pipeline and virtual-pipeline offsets come from
-megatron's ``layer_number``) and given its layer's rows, one entry per microbatch in slime's order,
-prepared as ``prepare_routed_experts_for_routing_replay`` (slime/backends/megatron_utils/cp_utils.py)
-prepares them: one pad row per sample, CP slicing, TP padding, SP slicing, slime's pad ids.
-
-MTP routers route live under every stage. A replay object cannot do that: slime's ``compute_topk``
-calls ``pop_forward()`` / ``pop_backward()`` without the scores, so no object can answer with the
-top-k of scores it is never shown. What slime's path does allow is its own live stage: each MTP router
-runs under ``ROUTING_REPLAY_STAGE=fallthrough`` for the span of its forward (a pre-forward hook sets it,
-a forward hook that also runs when the forward raises puts the ambient stage back), so megatron's own
-top-k of the scores that forward computes is used, and an activation recompute of the MTP layer
-routes the same way. The MTP routers' replays stay empty and unread, so slime's
-``RoutingReplay.assert_all_consumed()``, ``clear_all()`` and ``clear_all_forward()`` hold for them
-(0 recorded, 0 popped).
-
-Live R3 health (``measure=True``; the counting is sglang_r3/trainer/health.py's): slime's
-``get_routing_replay_compute_topk`` (which the megatron.patch hunk imports from
-``slime.utils.routing_replay`` at every call of ``topk_routing_with_score_function``) is wrapped once
-with ``measured_compute_topk``, so in a counted forward each decoder router also takes megatron's own
-top-k of the scores it computed and counts, on its device, where its set differs from the replayed one.
-``health(model)`` reads the step's counts in one copy.
-
-``install(args)`` is the zero-edit path: slime's ``--custom-megatron-init-path`` calls it in every Megatron
-training actor before the model is built; it puts the fill in place of ``MegatronTrainRayActor.fill_routing_replay``
-and, with ``SGLANG_R3_HEALTH=1``, adds each step's health (summed over data-parallel ranks) to slime's log.
+"""slime's R3 replay by identity: the drop-in for ``MegatronTrainRayActor.fill_routing_replay`` (THUDM/slime
+624b824), and ``install(args)`` for slime's ``--custom-megatron-init-path``. slime's own fill records rows into
+``RoutingReplay.all_routing_replays`` by list position, which MTP routers break; here each decoder MoE router's
+own ``routing_replay`` gets its layer's rows, prepared as slime prepares them, and each MTP router routes live
+by running its forward under slime's ``fallthrough`` stage (a replay object is never shown the scores).
 """
 
 from __future__ import annotations
@@ -44,7 +10,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -53,19 +18,19 @@ import torch
 
 from sglang_r3.layout import ROLE_DENSE, ModelLayout
 from sglang_r3.record import RecordError, RoutingRecord
-from sglang_r3.trainer.discovery import RouterSite, as_chunks, find_routers
-from sglang_r3.trainer.errors import ReplayError
-from sglang_r3.trainer.health import (
-    LIVE_ATTR,
-    METER_ATTR,
-    HealthBook,
-    HealthCounts,
+from sglang_r3 import settings
+from sglang_r3.trainer.core import (
+    LiveRouting,
+    RouterBinding,
+    RouterState,
     current_meter,
-    live_router,
-    measure_router,
     measured_compute_topk,
+    pack_microbatches,
 )
-from sglang_r3.trainer.model_check import check_model_against_layout, model_config
+from sglang_r3.trainer.discovery import RouterSite, as_chunks
+from sglang_r3.trainer.errors import ReplayError
+from sglang_r3.trainer.health import HealthCounts
+from sglang_r3.trainer.model_check import model_config
 from sglang_r3.trainer.packing import TokenLayout, layer_major, pack_rows
 from sglang_r3.trainer.validate import check_expert_ids, check_record, sample_token_ids
 
@@ -89,19 +54,6 @@ class SlimeFill:
     live_mtp_layers: Tuple[int, ...]  # MTP layers on this rank, routing live under every stage
     digests_checked: bool  # False when some sample came as an upstream int32 array (no token digest)
     measured: bool = False  # measure=True: the training forwards count flips for health(model)
-
-
-@dataclass
-class _Binding:
-    chunk_ids: Tuple[int, ...]
-    fingerprint: str
-    decoder: List[RouterSite]
-    mtp: List[RouterSite]
-    health: Optional[HealthBook] = None  # made by the first fill with measure=True
-    measuring: bool = False  # the last fill asked to measure
-
-
-_BINDINGS: "weakref.WeakKeyDictionary[Any, _Binding]" = weakref.WeakKeyDictionary()
 
 
 def fill_routing_replay(
@@ -154,44 +106,32 @@ def fill_routing_replay(
     route live in the same training forwards, apart. A fill without ``measure`` stops the counting.
     """
     chunks = as_chunks(model)
-    if not microbatches:
-        raise ReplayError("fill_routing_replay needs at least one microbatch")
     binding = bind(chunks, layout)
     if token_layout is None:
         token_layout = TokenLayout.from_megatron(
             sequence_parallel, data_pad_size_multiplier, allgather_cp, config=model_config(chunks, binding.decoder)
         )
     layer_ids = [s.layer_id for s in binding.decoder]
-    blocks, reals, checked = [], [], True
-    for m, batch in enumerate(microbatches):
-        try:
-            samples, tokens = batch
-        except (TypeError, ValueError):
-            raise ReplayError(f"microbatch {m}: expected a (samples, tokens) pair") from None
-        try:
-            rows, real, digests = _prepared_rows(
-                samples, tokens, layout, token_layout, layer_ids,
-                weight_version=weight_version, allow_mixed_versions=allow_mixed_versions,
-            )
-        except (RecordError, ReplayError) as e:
-            raise type(e)(f"microbatch {m}: {e}") from None
-        blocks.append(rows)
-        reals.append(real)
-        checked = checked and digests
+
+    def prepare(samples, tokens):
+        return _prepared_rows(samples, tokens, layout, token_layout, layer_ids,
+                              weight_version=weight_version, allow_mixed_versions=allow_mixed_versions)
+
+    prepared = pack_microbatches(microbatches, prepare, "fill_routing_replay", what="samples")
     if measure:
         _measure_slime_compute_topk()  # refuses (slime's function not found) before any replay is touched
     for s in binding.decoder + binding.mtp:
         s.router.routing_replay.clear()
-    for rows in blocks:
+    for rows, _, _ in prepared:
         for i, s in enumerate(binding.decoder):
             s.router.routing_replay.record(rows[i])
-    _arm_health(binding, reals, measure)
+    binding.arm(measure, [real for _, real, _ in prepared])
     return SlimeFill(
-        microbatches=len(blocks),
-        rows=tuple(int(r.shape[1]) for r in blocks),
+        microbatches=len(prepared),
+        rows=tuple(int(rows.shape[1]) for rows, _, _ in prepared),
         replayed_layers=tuple(layer_ids),
         live_mtp_layers=tuple(s.layer_id for s in binding.mtp),
-        digests_checked=checked,
+        digests_checked=all(checked for _, _, checked in prepared),
         measured=bool(measure),
     )
 
@@ -313,21 +253,15 @@ def _columns(a: np.ndarray, ids: Sequence[int]) -> np.ndarray:
 
 # -- binding -----------------------------------------------------------------------------------------------
 
-def bind(model: Any, layout: ModelLayout) -> _Binding:
-    """Find this rank's routers, check the model against the layout, install the hooks (once per router).
+def bind(model: Any, layout: ModelLayout) -> RouterBinding:
+    """This rank's routers bound to the layout (the core's binding, made once per model and layout): decoder
+    routers serve slime's recorded rows, MTP routers route live under every stage."""
+    return RouterBinding.shared(
+        model, layout, rows=_recorded_rows, live=_LIVE, live_counting=_mtp_counted, prepare=_require_slime_replays,
+    )
 
-    Cached per model and layout: slime fills once per rollout step and the model does not change."""
-    chunks = as_chunks(model)
-    if not chunks:
-        raise ReplayError("no model chunks")
-    key = tuple(id(c) for c in chunks)
-    cached = _BINDINGS.get(chunks[0])
-    if cached is not None and cached.chunk_ids == key and cached.fingerprint == layout.fingerprint:
-        return cached
-    sites = find_routers(chunks, layout.num_hidden_layers)
-    check_model_against_layout(chunks, sites, layout)
-    decoder = [s for s in sites if not s.is_mtp]
-    mtp = [s for s in sites if s.is_mtp]
+
+def _require_slime_replays(sites: Sequence[RouterSite]) -> None:
     missing = [s.describe() for s in sites if not _is_slime_replay(getattr(s.router, "routing_replay", None))]
     if missing:
         raise ReplayError(
@@ -335,77 +269,55 @@ def bind(model: Any, layout: ModelLayout) -> _Binding:
             f"every TopKRouter one when the model is built with {ENABLE_ENV}=1 (slime sets it for actors "
             f"started with --use-routing-replay / --use-rollout-routing-replay)"
         )
-    for s in decoder:
-        if not getattr(s.router, "_r3_slime_guard", False):
-            s.router.register_forward_pre_hook(_row_guard(s))
-            s.router._r3_slime_guard = True
-    for s in mtp:
-        if not getattr(s.router, "_r3_slime_live", False):
-            s.router._r3_stage_stack = []
-            s.router.register_forward_pre_hook(_enter_live)
-            s.router.register_forward_hook(_leave_live, always_call=True)
-            s.router._r3_slime_live = True
-    binding = _Binding(key, layout.fingerprint, decoder, mtp)
-    _BINDINGS[chunks[0]] = binding
+    decoder = [s.layer_id for s in sites if not s.is_mtp]
+    mtp = [s.layer_id for s in sites if s.is_mtp]
     logger.info(
         "R3 (slime): %d decoder MoE routers replay their own rows (layers %s); %d MTP router(s) route live "
-        "under every %s (layers %s)",
-        len(decoder), [s.layer_id for s in decoder], len(mtp), STAGE_ENV, [s.layer_id for s in mtp],
+        "under every %s (layers %s)", len(decoder), decoder, len(mtp), STAGE_ENV, mtp,
     )
-    return binding
 
 
 def _is_slime_replay(replay: Any) -> bool:
     return all(callable(getattr(replay, name, None)) for name in ("record", "clear", "pop_forward", "pop_backward"))
 
 
-def _enter_live(module: Any, args: Any) -> None:
-    module._r3_stage_stack.append(os.environ.get(STAGE_ENV))
+def _enter_live(state: RouterState) -> None:
+    if state.data is None:
+        state.data = []  # the stages this router's live forwards replaced
+    state.data.append(os.environ.get(STAGE_ENV))
     os.environ[STAGE_ENV] = LIVE_STAGE
 
 
-def _leave_live(module: Any, args: Any, output: Any) -> None:
-    stack = module._r3_stage_stack
-    if not stack:  # an earlier pre-forward hook raised before ours ran
+def _leave_live(state: RouterState) -> None:
+    if not state.data:  # an earlier pre-forward hook raised before ours ran
         return
-    prev = stack.pop()
+    prev = state.data.pop()
     if prev is None:
         os.environ.pop(STAGE_ENV, None)
     else:
         os.environ[STAGE_ENV] = prev
 
 
-def _row_guard(site: RouterSite):
-    """Name the layer, pass and microbatch where slime would fail with a bare IndexError or shape assert."""
+_LIVE = LiveRouting(_enter_live, _leave_live)
 
-    def hook(module: Any, args: Any) -> None:
-        stage = os.environ.get(STAGE_ENV)
-        if stage not in _REPLAY_STAGES or os.environ.get(ENABLE_ENV, "0") != "1":
-            return
-        replay = module.routing_replay
-        entries = getattr(replay, "top_indices_list", None)
-        index = getattr(replay, "forward_index" if stage == "replay_forward" else "backward_index", None)
-        if entries is None or index is None:
-            return  # not slime's RoutingReplay layout; slime's own checks apply
-        if index >= len(entries):
-            raise ReplayError(
-                f"{site.describe()}: {stage} #{index + 1}, but {len(entries)} microbatch(es) were recorded "
-                f"for this router (fill_routing_replay before the pass, RoutingReplay.clear_all_forward() "
-                f"between the log-prob pass and training)"
-            )
-        entry = entries[index]
-        x = args[0] if args else None
-        if x is None or not hasattr(entry, "shape"):
-            return
-        tokens = x.numel() // x.shape[-1]
-        if int(entry.shape[0]) != tokens:
-            raise ReplayError(
-                f"{site.describe()} (microbatch {index}, {stage}): {tokens} tokens reach the router but "
-                f"{int(entry.shape[0])} rows were recorded; the microbatch and its routing disagree "
-                f"(order of microbatches, padding, CP/SP slicing)"
-            )
 
-    return hook
+def _recorded_rows(state: RouterState, router: Any) -> Optional[Tuple[Any, str]]:
+    """The core's row source: the entry slime's replay pops in this forward (a message where it has none)."""
+    stage = os.environ.get(STAGE_ENV)
+    if stage not in _REPLAY_STAGES or os.environ.get(ENABLE_ENV, "0") != "1":
+        return None
+    replay = router.routing_replay
+    entries = getattr(replay, "top_indices_list", None)
+    index = getattr(replay, "forward_index" if stage == REPLAY_FORWARD else "backward_index", None)
+    if entries is None or index is None:
+        return None  # not slime's RoutingReplay layout; slime's own checks apply
+    if index >= len(entries):
+        raise ReplayError(
+            f"{state.name}: {stage} #{index + 1}, but {len(entries)} microbatch(es) were recorded "
+            f"for this router (fill_routing_replay before the pass, RoutingReplay.clear_all_forward() "
+            f"between the log-prob pass and training)"
+        )
+    return entries[index], f" (microbatch {index}, {stage})"
 
 
 # -- live R3 health ------------------------------------------------------------------------------------------
@@ -421,24 +333,23 @@ def health(model: Any, reset: bool = True, prefix: str = "r3/") -> Dict[str, flo
     routers' own figures apart: ``r3/mtp/rows_routed[/layer_{id}]`` (rows they routed live). What is
     counted: ``fill_routing_replay``'s ``measure``. The figures cover this rank's layers (its pipeline
     stage) and rows (its data-parallel shard); ``health_counts`` on every rank and
-    ``sglang_r3.trainer.health.merge_counts`` give totals."""
+    ``sglang_r3.trainer.diagnostics.merge_counts`` give totals."""
     return health_counts(model, reset).metrics(prefix)
 
 
 def health_counts(model: Any, reset: bool = True) -> HealthCounts:
     """``health``'s counts, for summing across ranks or steps."""
-    chunks = as_chunks(model)
-    binding = _BINDINGS.get(chunks[0]) if chunks else None
-    if binding is None or binding.chunk_ids != tuple(id(c) for c in chunks):
+    binding = RouterBinding.of(model)
+    if binding is None:
         raise ReplayError("health(model) needs fill_routing_replay(model, ..., measure=True) on this model first")
     if not binding.measuring or binding.health is None:
         raise ReplayError("health(model): the last fill_routing_replay on this model was not called with measure=True")
-    return binding.health.read(reset)
+    return binding.read_health(reset)
 
 
 def _measure_slime_compute_topk() -> None:
     """Wrap slime's ``get_routing_replay_compute_topk`` (once per process) so that the ``compute_topk``
-    it builds also counts, through health.py's ``measured_compute_topk``, in counted forwards.
+    it builds also counts, through the core's ``measured_compute_topk``, in counted forwards.
 
     The megatron.patch hunk imports the function from its module at every call of
     ``topk_routing_with_score_function``, so the wrap reaches every router from the next forward on;
@@ -476,46 +387,16 @@ def _counted_forward() -> bool:
     """Host test inside a decoder router's compute_topk: a training forward that slime replays.
     (``measured_compute_topk`` already leaves out router forwards inside autograd's backward.)"""
     m = current_meter()
-    return (
-        m is not None and m.training
-        and os.environ.get(ENABLE_ENV, "0") == "1" and os.environ.get(STAGE_ENV) == REPLAY_FORWARD
-    )
+    return m is not None and m.training and _replaying_forward()
 
 
 def _mtp_counted(router: Any) -> bool:
-    """The same test for an MTP router, read against the ambient stage (its own forward runs under
-    ``fallthrough``: ``_enter_live`` pushed the ambient one on its stack)."""
-    stack = getattr(router, "_r3_stage_stack", None)
-    ambient = stack[-1] if stack else os.environ.get(STAGE_ENV)
-    return bool(router.training) and os.environ.get(ENABLE_ENV, "0") == "1" and ambient == REPLAY_FORWARD
+    """The same test for an MTP router, read before its live stage replaces the ambient one."""
+    return bool(router.training) and _replaying_forward()
 
 
-def _arm_health(binding: _Binding, reals: Sequence[Optional[np.ndarray]], measure: bool) -> None:
-    """Meters count only after a fill that asked to; each microbatch's pad mask goes to every meter,
-    in slime's microbatch order (the order the training forwards take them)."""
-    if measure and binding.health is None:
-        binding.health = HealthBook(
-            [measure_router(s.router, s.layer_id) for s in binding.decoder],
-            [live_router(s.router, s.layer_id, counting=_mtp_counted) for s in binding.mtp],
-        )
-    for s in binding.decoder:  # meters another object attached to these routers are disarmed too
-        meter = getattr(s.router, METER_ATTR, None)
-        if meter is not None:
-            meter.armed = measure
-            meter.drop_bindings()
-    for s in binding.mtp:
-        live = getattr(s.router, LIVE_ATTR, None)
-        if live is not None:
-            live.armed = measure
-    binding.measuring = measure
-    if not measure:
-        return
-    book = binding.health
-    book.start_fill()
-    book.arm(True)
-    for real in reals:
-        if real is not None:  # None: no MoE layer on this rank, nothing to bind
-            book.bind_microbatch(real)
+def _replaying_forward() -> bool:
+    return os.environ.get(ENABLE_ENV, "0") == "1" and os.environ.get(STAGE_ENV) == REPLAY_FORWARD
 
 
 # -- zero-edit install: slime's --custom-megatron-init-path ------------------------------------------------
@@ -523,7 +404,7 @@ def _arm_health(binding: _Binding, reals: Sequence[Optional[np.ndarray]], measur
 SLIME_ACTOR_MODULE = "slime.backends.megatron_utils.actor"
 SLIME_MODEL_MODULE = "slime.backends.megatron_utils.model"
 INSTALL_PATH = "sglang_r3.integrations.slime.install"
-HEALTH_ENV = "SGLANG_R3_HEALTH"
+HEALTH_ENV = settings.HEALTH
 RECORD_KEY = "r3_routing"  # sample.train_metadata[RECORD_KEY]: our record, where slime forwards "metadata"
 _FILL_PARAMS = ("self", "data_iterator", "num_microbatches", "rollout_data")
 _STEP_PARAMS = ("args", "rollout_id", "step_id", "data_iterator", "model")
@@ -564,7 +445,7 @@ def install(args: Any) -> Optional[SlimeInstall]:
         logger.info("R3 (slime): %s is not 1 in this actor (slime sets it for the actor role only); nothing "
                     "installed", ENABLE_ENV)
         return None
-    health_on = os.environ.get(HEALTH_ENV, "0") == "1"
+    health_on = settings.current().health
     problems: List[str] = []
     actor_cls = _slime_target(SLIME_ACTOR_MODULE, "MegatronTrainRayActor", problems)
     if actor_cls is not None:
@@ -768,11 +649,10 @@ def step_health(model: Any, args: Any = None) -> Optional[HealthCounts]:
     """This step's counts on every rank, summed over the data-parallel group with context parallel (where
     slime reduces its own step metrics) and, under sequence parallel, over tensor-parallel ranks (each routes
     its own slice of rows). None where the last fill did not measure (no collective then: all ranks agree)."""
-    chunks = as_chunks(model)
-    binding = _BINDINGS.get(chunks[0]) if chunks else None
-    if binding is None or binding.chunk_ids != tuple(id(c) for c in chunks) or not binding.measuring:
+    binding = RouterBinding.of(model)
+    if binding is None or not binding.measuring:
         return None
-    return _sum_over_ranks(binding.health.read(True), bool(getattr(args, "sequence_parallel", False)))
+    return _sum_over_ranks(binding.read_health(True), bool(getattr(args, "sequence_parallel", False)))
 
 
 def _sum_over_ranks(counts: HealthCounts, sequence_parallel: bool) -> HealthCounts:

@@ -1,10 +1,6 @@
-"""Find Megatron's routers in model chunks and name the layout layer each one routes.
-
-A router is bound by its place in the module tree, never by its
-``layer_number`` alone: megatron-core 0.16 numbers the MTP layer's inner
-TransformerLayer ``L + k`` (looks like a decoder layer past the end) while
-0.19 numbers it ``k`` with ``is_mtp_layer`` set (collides with decoder layer
-``k - 1``). Either way, a router under the MTP block is an MTP router.
+"""Find Megatron's routers in model chunks and name the layout layer each routes, by place in the module
+tree, never ``layer_number`` alone: megatron-core 0.16 and 0.19 number the MTP layer differently, but a
+router under the MTP block is an MTP router either way.
 """
 
 from __future__ import annotations

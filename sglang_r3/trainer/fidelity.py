@@ -1,15 +1,6 @@
-"""How well the trainer's own routing and logprobs agree with the rollout's.
-
-Run a forward with ``ReplayFiller.record()`` (the trainer computes routing and
-megatron's RouterReplay keeps it), then compare with the records laid out the
-same way. A token agrees when its top-k *set* is equal; order within top-k is
-not meaningful (SGLang and Megatron may sort differently). A "flip" is a
-(token, MoE layer) pair whose set differs.
-
-``logprob_drift`` measures what the flips cost the policy-gradient ratio: for
-Δ = trainer − rollout logprob of each sampled token, the k3 estimator of
-KL(rollout ‖ trainer), mean(e^Δ − 1 − Δ), and the share of tokens whose ratio
-e^Δ is beyond 2× either way.
+"""How well the trainer's own routing and logprobs agree with the rollout's: per-layer top-k *set*
+agreement (a "flip" is a (token, MoE layer) pair whose set differs), the k3 KL of the sampled tokens'
+logprobs and the share of extreme ratios, and MTP draft agreement.
 """
 
 from __future__ import annotations

@@ -1,53 +1,25 @@
-"""Drive megatron-core's per-router RouterReplay from SGLang routing records.
-
-Decoder MoE routers replay the record (forward, and backward recomputation);
-MTP routers are left live: SGLang's MTP-draft routing comes from a different
-forward (draft tokens, draft steps) than the trainer's MTP loss, so there is
-no row to replay for them and their routing is computed.
-
-Several microbatches per step (Megatron's ``forward_backward_func``): every
-schedule Megatron has (no pipelining, 1F1B, interleaved) runs each model
-chunk's forwards in microbatch order and its backwards in the same order, so
-one FIFO per router serves them all: a forward takes the next microbatch's rows,
-and an activation recompute (a router forward inside autograd's backward) takes
-the rows of the oldest forward not yet recomputed. Megatron's own RouterReplay
-holds a single forward target, so the filler sets it from the queue just
-before each router forward.
-
-Live health (``measure=True``, sglang_r3/trainer/health.py): every replaying decoder router also
-takes its own top-k from the scores it computed and counts where its expert set differs from the
-replayed one, on its device; ``health()`` reads the counts once per step.
-
-On a GPU, rows reach the router's device before its forward through pinned memory and a
-non-blocking copy (Megatron's RouterReplay would otherwise copy a host tensor inside the router,
-a synchronous copy on the forward path).
+"""megatron-core's ``RouterReplay`` driven from SGLang routing records: decoder MoE routers replay (forward
+and activation recompute), MTP routers stay live (SGLang's MTP-draft routing comes from another forward).
+Several microbatches per step: every Megatron schedule runs a chunk's forwards and backwards in microbatch
+order, so one FIFO per router serves them all. On a GPU, rows reach a router through pinned memory.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 
 from sglang_r3.layout import ModelLayout
-from sglang_r3.record import RecordError, RoutingRecord
-from sglang_r3.trainer.discovery import RouterSite, as_chunks, find_routers
+from sglang_r3.record import RoutingRecord
+from sglang_r3.trainer.core import RouterBinding, RouterState, pack_microbatches, router_device
+from sglang_r3.trainer.discovery import RouterSite, as_chunks
 from sglang_r3.trainer.errors import ReplayError
-from sglang_r3.trainer.health import (
-    LIVE_ATTR,
-    METER_ATTR,
-    HealthBook,
-    HealthCounts,
-    in_backward,
-    live_router,
-    measure_router,
-    router_device,
-)
-from sglang_r3.trainer.model_check import check_model_against_layout, model_config
+from sglang_r3.trainer.health import HealthCounts, in_backward
+from sglang_r3.trainer.model_check import model_config
 from sglang_r3.trainer.packing import PackedRows, TokenLayout, pack_rows
 from sglang_r3.trainer.validate import check_records
 
@@ -100,25 +72,16 @@ class ReplayFiller:
         self.layout = layout
         self.weight_version = weight_version
         self.allow_mixed_versions = allow_mixed_versions
-        self.sites: List[RouterSite] = find_routers(self.chunks, layout.num_hidden_layers)
-        check_model_against_layout(self.chunks, self.sites, layout)
-        self.decoder_sites = [s for s in self.sites if not s.is_mtp]
-        self.mtp_sites = [s for s in self.sites if s.is_mtp]
         self.measure = bool(measure)
         self._token_layout = token_layout
         self._columns = {lid: i for i, lid in enumerate(layout.moe_layer_ids)}
-        for s in self.decoder_sites:
-            _ensure_replay(s)
-            if not getattr(s.router, "_r3_row_guard", False):  # one guard per router, however many fillers
-                s.router.register_forward_pre_hook(_row_guard(s))
-                s.router._r3_row_guard = True
-            s.router._r3_queue = None  # set by fill_microbatches, read by the guard
-        self._health: Optional[HealthBook] = None
+        self._routers = RouterBinding(self.chunks, layout, rows=_replay_rows, prepare=_ensure_replay)
+        self.sites: List[RouterSite] = self._routers.sites
+        self.decoder_sites = self._routers.decoder
+        self.mtp_sites = self._routers.mtp
+        self._drop_queues()
         if self.measure:
-            self._health = HealthBook(
-                [measure_router(s.router, s.layer_id) for s in self.decoder_sites],
-                [live_router(s.router, s.layer_id) for s in self.mtp_sites],
-            )
+            self._routers.open_health()
         logger.info(
             "R3 replay: %d decoder MoE routers replay records (layers %s); %d MTP router(s) left live "
             "(routing computed by the trainer)",
@@ -161,13 +124,11 @@ class ReplayFiller:
         per_layer = packed.layer_tensors()
         targets = [per_layer[self._columns[s.layer_id]] for s in self.decoder_sites]
         self._drop_queues()  # a single fill replaces a queued step
-        self._arm()
-        bind = self._binder(packed.real)
+        self._routers.arm(self.measure, [packed.real])
         for s, t in zip(self.decoder_sites, targets):
             rr = s.router.router_replay
             rr.set_target_indices(_on_device(t, router_device(s.router)))  # also queued for recomputation
             rr.set_router_replay_action(RouterReplayAction.REPLAY_FORWARD)
-            bind(s)
         self._live_mtp()
         return self._summary(len(records), packed.num_rows)
 
@@ -178,32 +139,18 @@ class ReplayFiller:
         schedule's data iterator yields them. Every record of every microbatch is checked before any
         router is touched. Each decoder router then replays microbatch m's rows in its m-th forward
         and again in its m-th activation recompute; call ``finish`` after ``forward_backward_func``."""
-        if not microbatches:
-            raise ReplayError("fill_microbatches needs at least one microbatch")
-        packed = []
-        for m, batch in enumerate(microbatches):
-            try:
-                records, tokens = batch
-            except (TypeError, ValueError):
-                raise ReplayError(f"microbatch {m}: expected a (records, tokens) pair") from None
-            try:
-                packed.append(self.pack(records, tokens))
-            except (RecordError, ReplayError) as e:
-                raise type(e)(f"microbatch {m}: {e}") from None
+        packed = pack_microbatches(microbatches, self.pack, "fill_microbatches")
         self.clear()
-        self._arm()
+        self._routers.arm(self.measure, [p.real for p in packed])
         per_mb = [p.layer_tensors() for p in packed]
-        binders = [self._binder(p.real) for p in packed]
-        for s in self.decoder_sites:
+        for s, st in zip(self.decoder_sites, self._routers.decoder_states):
             col = self._columns[s.layer_id]
             dev = router_device(s.router)
-            s.router._r3_queue = _RouterQueue(
+            st.data = _RouterQueue(
                 forward=deque((m, _pinned_for(layers[col], dev)) for m, layers in enumerate(per_mb)),
                 recompute=deque(),
                 filled=len(per_mb),
             )
-            for bind in binders:  # one binding per microbatch, consumed by the router's forwards in order
-                bind(s)
         self._live_mtp()
         return [self._summary(len(b[0]), p.num_rows) for b, p in zip(microbatches, packed)]
 
@@ -213,8 +160,8 @@ class ReplayFiller:
         Raises naming the router otherwise (rows left over: the schedule ran fewer microbatches
         than were filled)."""
         problems = []
-        for s in self.decoder_sites:
-            q = getattr(s.router, "_r3_queue", None)
+        for s, st in zip(self.decoder_sites, self._routers.decoder_states):
+            q = st.data
             if q is None:
                 continue
             if q.forward:
@@ -246,38 +193,9 @@ class ReplayFiller:
         return self.health_counts(reset).metrics()
 
     def health_counts(self, reset: bool = True) -> HealthCounts:
-        if self._health is None:
+        if not self.measure:
             raise ReplayError("health() needs ReplayFiller(..., measure=True)")
-        return self._health.read(reset)
-
-    def _arm(self) -> None:
-        """Meters on these routers count only for a filler that asked to measure (models are shared)."""
-        for s in self.decoder_sites:
-            m = getattr(s.router, METER_ATTR, None)
-            if m is not None:
-                m.armed = self.measure
-                m.drop_bindings()
-        for s in self.mtp_sites:
-            live = getattr(s.router, LIVE_ATTR, None)
-            if live is not None:
-                live.armed = self.measure
-        if self._health is not None:
-            self._health.start_fill()
-            self._health.arm(True)
-
-    def _binder(self, real: np.ndarray):
-        """pushes one microbatch's binding (pad mask, token flags; one per device) onto a router's meter."""
-        made: Dict[Any, Any] = {}
-
-        def bind(site: RouterSite) -> None:
-            if self._health is None:
-                return
-            dev = router_device(site.router)
-            if dev not in made:
-                made[dev] = self._health.binding(real, dev)
-            getattr(site.router, METER_ATTR).push(made[dev])
-
-        return bind
+        return self._routers.read_health(reset)
 
     def _summary(self, num_samples: int, num_rows: int) -> FillSummary:
         return FillSummary(
@@ -288,8 +206,8 @@ class ReplayFiller:
         )
 
     def _drop_queues(self) -> None:
-        for s in self.decoder_sites:
-            s.router._r3_queue = None
+        for st in self._routers.decoder_states:
+            st.data = None
 
     def replay_backward(self) -> None:
         """After the forward: recomputed router forwards (activation recompute) pop the queued rows."""
@@ -327,9 +245,7 @@ class ReplayFiller:
         for s in self.decoder_sites:
             s.router.router_replay.clear_indices()
             s.router.router_replay.clear_router_replay_action()
-            m = getattr(s.router, METER_ATTR, None)
-            if m is not None:
-                m.drop_bindings()  # counts so far stay for health()
+        self._routers.drop_bindings()  # counts so far stay for health()
 
     def _live_mtp(self) -> None:
         # A global RouterReplay.set_global_router_replay_action would reach MTP routers too.
@@ -339,12 +255,13 @@ class ReplayFiller:
                 rr.clear_router_replay_action()
 
 
-def _ensure_replay(site: RouterSite) -> None:
-    """Give a router built without moe_enable_routing_replay its own RouterReplay instance."""
-    if getattr(site.router, "router_replay", None) is None:
-        from megatron.core.transformer.moe.router_replay import RouterReplay
+def _ensure_replay(sites: Sequence[RouterSite]) -> None:
+    """Give a decoder router built without moe_enable_routing_replay its own RouterReplay instance."""
+    for site in sites:
+        if not site.is_mtp and getattr(site.router, "router_replay", None) is None:
+            from megatron.core.transformer.moe.router_replay import RouterReplay
 
-        site.router.router_replay = RouterReplay()
+            site.router.router_replay = RouterReplay()
 
 
 def _pinned_for(rows: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -359,48 +276,30 @@ def _on_device(rows: torch.Tensor, device: torch.device) -> torch.Tensor:
     return _pinned_for(rows, device).to(device, non_blocking=True)
 
 
-def _row_guard(site: RouterSite):
-    """Serve queued microbatches, and name the layer when rows do not match the tokens reaching the router."""
+def _replay_rows(state: RouterState, router: Any) -> Optional[Tuple[Any, str]]:
+    """The core's row source: serve a queued microbatch, then the rows this forward replays."""
+    from megatron.core.transformer.moe.router_replay import RouterReplayAction
 
-    def hook(module, args):
-        from megatron.core.transformer.moe.router_replay import RouterReplayAction
-
-        rr = module.router_replay
-        x = args[0] if args else None
-        q = getattr(module, "_r3_queue", None)
-        where = ""
-        if q is not None and rr is not None:
-            where = _take_queued(site, rr, q)
-        if rr is None or rr.router_replay_action not in (
-            RouterReplayAction.REPLAY_FORWARD, RouterReplayAction.REPLAY_BACKWARD
-        ):
-            return None
-        if rr.router_replay_action == RouterReplayAction.REPLAY_FORWARD:
-            target = rr.target_topk_idx
-        else:
-            target = rr.replay_backward_list[0] if rr.replay_backward_list else None
-        if x is None or target is None:
-            return None
-        tokens = x.numel() // x.shape[-1]
-        rows = int(target.shape[0])
-        if rows != tokens:
-            raise ReplayError(
-                f"{site.describe()}{where}: {tokens} tokens reach the router but {rows} rows were filled; "
-                f"the packed microbatch and the records disagree (check padding, CP/SP slicing)"
-            )
+    rr = router.router_replay
+    if rr is None:
         return None
+    where = _take_queued(state, router, rr, state.data) if state.data is not None else ""
+    action = rr.router_replay_action
+    if action == RouterReplayAction.REPLAY_FORWARD:
+        return rr.target_topk_idx, where
+    if action == RouterReplayAction.REPLAY_BACKWARD:
+        return (rr.replay_backward_list[0] if rr.replay_backward_list else None), where
+    return None
 
-    return hook
 
-
-def _take_queued(site: RouterSite, rr: Any, q: _RouterQueue) -> str:
+def _take_queued(state: RouterState, router: Any, rr: Any, q: _RouterQueue) -> str:
     """Point Megatron's RouterReplay at the rows this call must use; return ' (microbatch m)' for messages."""
     from megatron.core.transformer.moe.router_replay import RouterReplayAction
 
     if in_backward():
         if not q.recompute:
             raise ReplayError(
-                f"{site.describe()}: activation recompute #{q.recomputes + 1} but no forward is awaiting "
+                f"{state.name}: activation recompute #{q.recomputes + 1} but no forward is awaiting "
                 f"recompute ({q.forwards} forward(s), {q.recomputes} recomputed)"
             )
         m, rows = q.recompute.popleft()
@@ -410,10 +309,10 @@ def _take_queued(site: RouterSite, rr: Any, q: _RouterQueue) -> str:
         return f" (recompute of microbatch {m})"
     if not q.forward:
         raise ReplayError(
-            f"{site.describe()}: forward #{q.forwards + 1} but only {q.filled} microbatch(es) were filled"
+            f"{state.name}: forward #{q.forwards + 1} but only {q.filled} microbatch(es) were filled"
         )
     m, rows = q.forward.popleft()
-    rows = _on_device(rows, router_device(site.router))  # kept on the device for the recompute too
+    rows = _on_device(rows, router_device(router))  # kept on the device for the recompute too
     q.forwards += 1
     # Kept whatever the grad mode: a checkpointed layer's first forward runs under no_grad.
     q.recompute.append((m, rows))

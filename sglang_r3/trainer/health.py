@@ -1,39 +1,8 @@
-"""Live R3 health: during a replayed forward, how often would each router have routed otherwise?
+"""Live R3 health: how often a replayed router would have routed otherwise, counted on its device.
 
-A replaying router computes its scores anyway; measuring takes its own top-k from those scores
-(the function Megatron would have used without replay) and counts the (token, layer) pairs whose
-expert *set* differs from the replayed one. This is the R3 paper's flip rate, measured on every
-training step instead of offline once. Under replay a layer's input comes from replayed layers
-below it, so for deeper layers the figure is "would this router, on the inputs R3 gives it, route
-as the rollout did", which is exactly what replay overrides.
-
-GPU discipline: everything inside a router stays on its device. Counters are device tensors
-allocated once per router; per-microbatch row masks and per-token flags are made by the filler
-before the forward, outside any router; a router only runs device ops into them (no ``.item()``,
-no ``bool(tensor)``, no ``.cpu()``, no branch on tensor values). ``read`` copies all counters to
-the host in one transfer, once per step.
-
-Reusable pieces for another integration (e.g. a slime-style ``compute_topk`` replacement):
-
-* ``measure_router(router, layer_id) -> RouterMeter``: attaches a meter to a megatron-core
-  ``TopKRouter`` (idempotent). If the router has Megatron's ``RouterReplay``, its
-  ``get_replay_topk`` -- the point where ``topk_routing_with_score_function`` turns scores into
-  top-k -- is wrapped for this instance: under ``REPLAY_FORWARD`` outside autograd's backward
-  (an activation recompute routes the same inputs again and is not counted twice) it also calls
-  the ``default_compute_topk`` Megatron passes in and counts. It also makes the meter "current"
-  for the router's forward (``current_meter()``), as slime makes its ``RoutingReplay`` current.
-* ``measured_compute_topk(compute_topk, own_topk, replaying)``: wraps a function of Megatron's
-  ``compute_topk`` signature ``(scores, topk, num_groups=None, group_topk=None) -> (probs, ids)``
-  that returns replayed ids; when ``replaying()`` is true and a meter is current, it also calls
-  ``own_topk`` on the same scores and counts. For slime: ``measured_compute_topk(
-  slime_get_routing_replay_compute_topk(old), old, lambda: stage() == "replay_forward")``
-  (sglang_r3/integrations/slime.py does this, counting training forwards only: ``RouterMeter.training``
-  is the router's mode in the forward now running).
-* ``live_router(router, layer_id, counting)``: rows an MTP router routes live; ``counting(router)``
-  (host test) says which forwards count.
-* ``RouterMeter.push(MeterBinding)``: which rows are real (pad rows excluded) and where to mark
-  flipped tokens, one binding per microbatch in forward order (``HealthBook.binding`` makes them;
-  ``HealthBook.bind_microbatch`` pushes one microbatch's onto every meter of the book).
+Meters (flips of a replaying router, rows of a live MTP router) and the book that binds each
+microbatch's pad mask and reads a step's counts in one device->host copy. Inside a router only device
+ops run (no ``.item()``, no branch on tensor values); ``core.py`` attaches meters to routers.
 """
 
 from __future__ import annotations
@@ -45,25 +14,10 @@ from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Sequenc
 import numpy as np
 import torch
 
-METER_ATTR = "_r3_meter"
-LIVE_ATTR = "_r3_live_meter"
-
-_CURRENT: Optional["RouterMeter"] = None  # the meter of the router whose forward is running
-
-
-def current_meter() -> Optional["RouterMeter"]:
-    """The meter of the router now in its forward (set by the hooks ``measure_router`` installs)."""
-    return _CURRENT
-
 
 def in_backward() -> bool:
     """True inside autograd's backward: a router forward there is an activation recompute."""
     return torch._C._current_graph_task_id() != -1
-
-
-def router_device(router: Any) -> torch.device:
-    w = getattr(router, "weight", None)
-    return w.device if isinstance(w, torch.Tensor) else torch.device("cpu")
 
 
 @dataclass
@@ -92,7 +46,7 @@ class RouterMeter:
         self.device = torch.device(device)
         self.flipped = torch.zeros((), dtype=torch.int64, device=self.device)  # allocated once
         self.compared = 0
-        self.armed = False  # measure only for a filler that asked to
+        self.armed = False  # measure only for a fill that asked to
         self.training = False  # the router's nn.Module.training in the forward now running (host flag)
         self._bindings: Deque[MeterBinding] = deque()
 
@@ -146,119 +100,17 @@ class LiveMeter:
         self.armed = False
         self.counting = counting
 
-    def hook(self, module, args):
+    def count(self, module: Any, args: Any) -> None:
+        """Before the router's forward: its input rows, when this forward counts."""
         if self.armed and args and not in_backward() and (self.counting is None or self.counting(module)):
             x = args[0]
             self.rows += x.numel() // x.shape[-1]
-        return None
 
     def reset(self) -> None:
         self.rows = 0
 
 
-def measure_router(router: Any, layer_id: int) -> RouterMeter:
-    """Attach (once) a flip meter to a megatron-core ``TopKRouter`` and return it.
-
-    Works at the point where megatron-core 0.16.1's ``topk_routing_with_score_function`` turns
-    scores into top-k: Megatron's ``RouterReplay.get_replay_topk`` is wrapped for this router
-    (when the router has one); a slime-style ``compute_topk`` replacement reaches the same meter
-    through ``current_meter()`` and ``measured_compute_topk``.
-    """
-    meter = getattr(router, METER_ATTR, None)
-    if meter is None:
-        meter = RouterMeter(layer_id, router_device(router))
-        setattr(router, METER_ATTR, meter)
-        router.register_forward_pre_hook(_make_current(meter))
-        router.register_forward_hook(_leave_current(meter))
-    elif meter.layer_id != int(layer_id):
-        raise ValueError(f"router already measured as layer {meter.layer_id}, not {layer_id}")
-    rr = getattr(router, "router_replay", None)
-    if rr is not None and getattr(rr, "_r3_measured", None) is not meter:
-        _wrap_router_replay(rr, meter)
-    return meter
-
-
-def live_router(router: Any, layer_id: int, counting: Optional[Callable[[Any], bool]] = None) -> LiveMeter:
-    """Attach (once) a count of rows routed live, for routers that are not replayed (MTP).
-    counting: which forwards count (``LiveMeter.counting``); given, it replaces the meter's."""
-    meter = getattr(router, LIVE_ATTR, None)
-    if meter is None:
-        meter = LiveMeter(layer_id, counting)
-        setattr(router, LIVE_ATTR, meter)
-        router.register_forward_pre_hook(meter.hook)
-    elif counting is not None:
-        meter.counting = counting
-    return meter
-
-
-def _make_current(meter: RouterMeter):
-    def hook(module, args):
-        global _CURRENT
-        _CURRENT = meter
-        meter.training = bool(module.training)
-
-    return hook
-
-
-def _leave_current(meter: RouterMeter):
-    def hook(module, args, output):
-        global _CURRENT
-        if _CURRENT is meter:
-            _CURRENT = None
-
-    return hook
-
-
-def _wrap_router_replay(rr: Any, meter: RouterMeter) -> None:
-    from megatron.core.transformer.moe.router_replay import RouterReplay, RouterReplayAction
-
-    original = RouterReplay.get_replay_topk.__get__(rr)  # the class's own method, never a wrapper of ours
-
-    def get_replay_topk(scores, topk, num_groups=None, group_topk=None, default_compute_topk=None):
-        probs, ids = original(scores, topk, num_groups, group_topk, default_compute_topk)
-        if (
-            meter.armed
-            and rr.router_replay_action is RouterReplayAction.REPLAY_FORWARD
-            and default_compute_topk is not None
-            and not in_backward()
-        ):
-            with torch.no_grad():
-                _, own = default_compute_topk(scores, topk, num_groups=num_groups, group_topk=group_topk)
-            meter.observe(ids, own)
-        return probs, ids
-
-    rr.get_replay_topk = get_replay_topk  # instance attribute: this router only
-    rr._r3_measured = meter
-
-
-def measured_compute_topk(
-    compute_topk: Callable[..., Tuple[torch.Tensor, torch.Tensor]],
-    own_topk: Callable[..., Tuple[torch.Tensor, torch.Tensor]],
-    replaying: Callable[[], bool],
-    meter: Optional[Callable[[], Optional[RouterMeter]]] = None,
-) -> Callable[..., Tuple[torch.Tensor, torch.Tensor]]:
-    """Wrap a replaying ``compute_topk(scores, topk, num_groups=None, group_topk=None)``.
-
-    own_topk: the function the router would route with (Megatron's ``compute_topk`` / ``_compute_topk``).
-    replaying: host-side test of the replay stage (e.g. slime's ``ROUTING_REPLAY_STAGE ==
-    "replay_forward"``); recomputes inside autograd's backward are never counted.
-    meter: which meter to count into (default: ``current_meter()``, set by ``measure_router``'s hooks).
-    """
-    which = meter or current_meter
-
-    def compute(scores, topk, num_groups=None, group_topk=None):
-        probs, ids = compute_topk(scores, topk, num_groups=num_groups, group_topk=group_topk)
-        m = which()
-        if m is not None and m.armed and not in_backward() and replaying():
-            with torch.no_grad():
-                _, own = own_topk(scores, topk, num_groups=num_groups, group_topk=group_topk)
-            m.observe(ids, own)
-        return probs, ids
-
-    return compute
-
-
-# -- one filler's book: bindings per microbatch, read once per step ------------------------------
+# -- one binding's book: bindings per microbatch, read once per step ------------------------------
 
 
 @dataclass(frozen=True)
@@ -311,7 +163,7 @@ def merge_counts(parts: Iterable[HealthCounts]) -> HealthCounts:
 
 
 class HealthBook:
-    """The meters of one filler, the bindings of the microbatches filled since the last read."""
+    """The meters of one binding, the bindings of the microbatches filled since the last read."""
 
     def __init__(self, meters: Sequence[RouterMeter], live: Sequence[LiveMeter] = ()):
         self.meters = list(meters)

@@ -1,24 +1,6 @@
-"""Join the routing records of one sample produced over several requests (multi-turn, partial rollouts).
-
-A sample built over turns is served as one request per turn; turn ``i+1`` sends the whole sequence
-so far as its prompt (turn ``i``'s prompt + completion, then the new tokens). Asking turn ``i+1``
-for rows from ``routing_start`` on returns only the rows turn ``i`` did not already return.
-
-The join rule. A record with ``start = s`` of a request with ``T`` tokens holds rows for tokens
-``s .. T-2`` (token ``T-1`` was never an input). So part ``i`` ends, exclusively, at row
-``len(tokens_i) - 1``: the last token of turn ``i`` has no row yet, and becomes an input only in
-turn ``i+1``. Therefore:
-
-* part 0 has ``start == 0``;
-* every part has exactly ``len(tokens) - 1 - start`` rows;
-* part ``i+1`` is sent with ``routing_start = len(tokens_i) - 1`` and has ``start`` equal to it --
-  smaller is an overlap, larger a gap, both refused;
-* ``tokens_{i+1}`` starts with all of ``tokens_i`` and adds at least one token;
-* each part's ``tokens_digest`` equals ``token_digest(tokens)`` of its own request.
-
-The joined record has ``start = 0``, one row per token of the final sequence but the last, and the
-final sequence's ``tokens_digest``: exactly the record the final sequence would have had if it had
-been served in one request, which ``check_records`` / ``ReplayFiller`` accept.
+"""Join one sample's records served over several requests (multi-turn, partial rollouts) into the record
+it would have had in one request. Turn ``i+1`` asks for rows from ``routing_start = len(tokens_i) - 1``; a
+part must start exactly there (no gap, no overlap), extend the previous part's ids, and match its own digest.
 """
 
 from __future__ import annotations

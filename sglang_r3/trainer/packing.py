@@ -1,12 +1,6 @@
-"""Lay per-sample routing rows out the way slime lays out the training tokens.
-
-Mirrors slime (backends/megatron_utils/cp_utils.py,
-prepare_routed_experts_for_routing_replay): each sample's T-1 rows get one pad
-row (the last token's routing is never used for loss), each sample is sliced
-for context parallelism (two mirrored chunks per CP rank, "thd"), samples are
-packed, the pack is padded to a multiple of tp_size * data_pad_size_multiplier,
-and sequence parallelism keeps this TP rank's contiguous slice. Pad rows hold
-slime's arange % num_experts pattern so they are valid, distinct expert ids.
+"""Lay per-sample routing rows out as slime lays out the training tokens (slime's
+``prepare_routed_experts_for_routing_replay``): one pad row per sample, context-parallel slicing, packing,
+TP padding, sequence-parallel slice; pad rows hold slime's valid, distinct ``arange % num_experts`` ids.
 """
 
 from __future__ import annotations

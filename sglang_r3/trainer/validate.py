@@ -1,10 +1,6 @@
-"""Check a routing record against the layout and its sample before anything is replayed.
-
-A record must prove it belongs to the model (layout fingerprint, layers, top-k),
-to the sample (row count and the digest of the sample's token ids) and, when
-the trainer says which weights it holds, to those weights (weight version).
-Anything it cannot prove is refused: a wrong row that looks valid would train
-silently on routing from another sample or policy.
+"""Check a routing record against the layout and its sample before anything is replayed: it must prove
+its model (fingerprint, layers, top-k), its sample (row count, token digest) and, when declared, its
+weights. What it cannot prove is refused: a wrong row that looks valid trains silently.
 """
 
 from __future__ import annotations

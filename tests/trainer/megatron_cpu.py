@@ -186,7 +186,7 @@ def converted_embedded_model(**config_overrides):
     if key not in _CONVERTED:
         init_megatron_cpu()
         from sglang_r3.embedded import ensure_embedded_model
-        from sglang_r3.trainer.convert import load_glm_megatron
+        from tests.trainer.convert import load_glm_megatron
 
         _CONVERTED[key] = load_glm_megatron(ensure_embedded_model(), **config_overrides)[0]
     return _CONVERTED[key]

@@ -1,7 +1,7 @@
 """Replay fidelity on real rollouts: SGLang's captured routing against the converted model's own routing.
 
 Oracle: the fp32 SGLang server (``nospec_server``) serving the embedded checkpoint; the trainer side
-is the same checkpoint in Megatron (``sglang_r3.trainer.convert``), R3 off, and what each of megatron-core's
+is the same checkpoint in Megatron (``tests/trainer/convert.py``), R3 off, and what each of megatron-core's
 own ``TopKRouter``s chose is read by a forward hook on it (its ``routing_map``), not through the filler.
 """
 
@@ -17,14 +17,8 @@ import torch
 
 from megatron_cpu import RouterSpy, converted_embedded_model, forward_loss
 from sglang_r3.client import RoutingClient
-from sglang_r3.trainer import (
-    ReplayError,
-    ReplayFiller,
-    fidelity_report,
-    logprob_drift,
-    mtp_draft_agreement,
-    topk_set_agreement,
-)
+from sglang_r3.trainer import ReplayError, ReplayFiller
+from sglang_r3.trainer.diagnostics import fidelity_report, logprob_drift, mtp_draft_agreement, topk_set_agreement
 
 pytestmark = pytest.mark.fast
 

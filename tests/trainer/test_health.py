@@ -20,7 +20,7 @@ import torch
 from megatron_cpu import RouterSpy, TinyMoeSpec, build_gpt, causal_mask
 from sglang_r3.record import RoutingRecord, token_digest
 from sglang_r3.trainer import ReplayError, ReplayFiller, pack_rows
-from sglang_r3.trainer.health import HealthBook, measure_router, measured_compute_topk
+from sglang_r3.trainer.diagnostics import HealthBook, measure_router, measured_compute_topk
 
 pytestmark = pytest.mark.fast
 
@@ -520,7 +520,7 @@ def test_live_figures_on_the_same_weights_equal_the_offline_ones_for_the_same_sa
     """
     from benchmarks import fidelity as bench
     from megatron_cpu import converted_embedded_model
-    from sglang_r3.trainer import fidelity_report, merge_reports
+    from sglang_r3.trainer.diagnostics import fidelity_report, merge_reports
 
     rollouts = [bench.as_rollout(r) for r in bench.generate(bf16_server, 8, 32, seed=2)]
     model = converted_embedded_model()

@@ -14,6 +14,7 @@ from megatron_cpu import RouterSpy, TinyMoeSpec, build_gpt, causal_mask
 from replay_helpers import synthetic_batch
 from sglang_r3.record import RecordError
 from sglang_r3.trainer import ReplayError, ReplayFiller, pack_rows
+from sglang_r3.trainer.core import state_of
 
 pytestmark = pytest.mark.fast
 
@@ -95,7 +96,7 @@ def test_each_microbatch_reaches_every_router_with_its_own_rows(gpt_mtp1, glm_la
     # The MTP router routed for itself: its choice is not the replayed decoder rows.
     (mtp,) = filler.mtp_sites
     assert mtp.router.router_replay.router_replay_action is None
-    assert all(s.router._r3_queue is None for s in filler.decoder_sites)
+    assert all(state_of(s.router).data is None for s in filler.decoder_sites)
 
 
 def test_activation_recompute_replays_each_microbatch_again_in_its_backward(gpt_recompute, glm_layout):
@@ -176,7 +177,7 @@ def test_one_bad_record_in_any_microbatch_fills_nothing(gpt_mtp1, glm_layout):
     with pytest.raises(RecordError, match=r"microbatch 2: sample 0: .*different token sequence"):
         filler.fill_microbatches([mbs[0], mbs[1], swapped])
     for s in filler.decoder_sites:
-        assert s.router._r3_queue is None and s.router.router_replay.router_replay_action is None
+        assert state_of(s.router).data is None and s.router.router_replay.router_replay_action is None
 
 
 def test_single_fill_after_a_queued_step_replaces_the_queue(gpt_mtp1, glm_layout):

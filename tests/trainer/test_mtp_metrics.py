@@ -7,7 +7,8 @@ import torch
 
 from replay_helpers import synthetic_batch
 from megatron_cpu import forward_loss
-from sglang_r3.trainer import ReplayFiller, mtp_loss_metrics
+from sglang_r3.trainer import ReplayFiller
+from sglang_r3.trainer.diagnostics import mtp_loss_metrics
 
 pytestmark = pytest.mark.fast
 

@@ -1,7 +1,7 @@
 """The converter gives Megatron SGLang's weights: same logprobs, same routing, token for token.
 
 Oracle: the real fp32 SGLang server (``nospec_server``) serving the embedded checkpoint. Megatron's
-side is the checkpoint loaded by ``sglang_r3.trainer.convert`` with no replay active, so its routers
+side is the checkpoint loaded by ``tests/trainer/convert.py`` with no replay active, so its routers
 compute their own top-k; a forward hook reads what they chose.
 """
 
@@ -15,8 +15,9 @@ import torch
 
 from megatron_cpu import RouterSpy, causal_mask, converted_embedded_model
 from sglang_r3.client import RoutingClient
-from sglang_r3.trainer import ReplayFiller, merge_mtp_agreements, mtp_draft_agreement
-from sglang_r3.trainer.convert import ConversionError, GlmMoeConfig, megatron_state_from_hf, read_safetensors
+from sglang_r3.trainer import ReplayFiller
+from sglang_r3.trainer.diagnostics import merge_mtp_agreements, mtp_draft_agreement
+from tests.trainer.convert import ConversionError, GlmMoeConfig, megatron_state_from_hf, read_safetensors
 
 pytestmark = pytest.mark.fast
 

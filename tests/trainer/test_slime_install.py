@@ -32,6 +32,7 @@ from replay_helpers import synthetic_batch
 from test_health import _records, _samples
 from test_slime_health import plain_counts, planted
 from test_slime_integration import GLM_STYLE, RECOMPUTE, STAGE, Spy, chosen, mtp_oracle, slime_rows, upstream
+from sglang_r3 import settings
 from sglang_r3.integrations import slime as r3_slime
 from sglang_r3.integrations.slime import INSTALL_PATH, SlimeInstallError, install
 from sglang_r3.layout import layout_from_model_path
@@ -70,9 +71,11 @@ def slime_trainer(megatron_cpu, monkeypatch):
     original_topk_factory = slime.get_routing_replay_compute_topk
     monkeypatch.setenv("ENABLE_ROUTING_REPLAY", "1")
     monkeypatch.delenv(r3_slime.HEALTH_ENV, raising=False)
+    settings.current.cache_clear()  # install reads SGLANG_R3_HEALTH once, as set by the test
     try:
         yield
     finally:
+        settings.current.cache_clear()
         slime.get_routing_replay_compute_topk = original_topk_factory  # the health wrap is once per process
         try:
             undo_actor()
@@ -227,7 +230,7 @@ def test_train_actor_replays_decoder_rows_by_identity_and_mtp_routes_live(
 
     mbs = list(zip(in_slime_order(records), in_slime_order(tokens)))  # what DataIterator yields, in order
     n = len(mbs)
-    from sglang_r3.trainer import find_routers
+    from sglang_r3.trainer.diagnostics import find_routers
 
     sites = find_routers(model, layout.num_hidden_layers)
     for s in (s for s in sites if not s.is_mtp):
@@ -420,7 +423,7 @@ def test_records_in_forwarded_metadata_are_checked_and_replayed(slime_trainer, h
         spy.close()
     assert "metadata" not in data
     mbs = list(zip(in_slime_order(records), in_slime_order(tokens)))
-    from sglang_r3.trainer import find_routers
+    from sglang_r3.trainer.diagnostics import find_routers
 
     for s in (s for s in find_routers(actor.model, layout.num_hidden_layers) if not s.is_mtp):
         forward = [c for c in spy.calls[(s.chunk, s.path)] if c["phase"] == "train" and not c["recompute"]]

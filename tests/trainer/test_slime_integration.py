@@ -25,7 +25,8 @@ from megatron_cpu import TinyMoeSpec, build_gpt, causal_mask, routers
 from replay_helpers import replace_layer, synthetic_batch
 from sglang_r3.integrations.slime import fill_routing_replay
 from sglang_r3.record import RecordError
-from sglang_r3.trainer import ModelMismatchError, ReplayError, mtp_loss_metrics
+from sglang_r3.trainer import ModelMismatchError, ReplayError
+from sglang_r3.trainer.diagnostics import mtp_loss_metrics
 
 pytestmark = pytest.mark.fast
 
@@ -225,7 +226,7 @@ def mtp_oracle(router, call):
 
 
 def check_step(model, layout, microbatches, spy, recompute: bool, mtp_here: bool = True):
-    from sglang_r3.trainer import find_routers
+    from sglang_r3.trainer.diagnostics import find_routers
 
     sites = find_routers(model, layout.num_hidden_layers)
     n = len(microbatches)
