@@ -1,24 +1,20 @@
-"""``python -m sglang_r3.launch_server [sglang flags...]``
+"""``python -m sglang_r3.launch_server [sglang flags...]``: SGLang's own launcher with routing capture.
 
-SGLang's own launcher with routing capture installed. Every
-``sglang.launch_server`` flag passes through. With no ``--model-path`` it
-serves the embedded default model; on a host without a GPU it prepares the
-CPU runtime and adds SGLang's CPU flags.
+Every ``sglang.launch_server`` flag passes through. With no ``--model-path`` it serves the embedded
+default model; on a host without a GPU it prepares the CPU runtime and adds SGLang's CPU flags.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import List, Optional, Sequence
 
+from sglang_r3 import settings
+
 logger = logging.getLogger("sglang_r3")
 
-ENABLE_ENV = "SGLANG_R3_ENABLED"
-DEFAULT_ROUTING_ENV = "SGLANG_R3_DEFAULT_ROUTING"
 DEFAULT_ROUTING_FLAG = "--r3-default-routing"
-DEFAULT_ROUTING_CHOICES = ("main", "main+mtp", "ref")  # ref: a handle into the fleet's record store
 
 
 def pop_default_routing(argv: Sequence[str]) -> tuple:
@@ -37,8 +33,9 @@ def pop_default_routing(argv: Sequence[str]) -> tuple:
         else:
             out.append(a)
             continue
-        if value not in DEFAULT_ROUTING_CHOICES:
-            raise SystemExit(f"{DEFAULT_ROUTING_FLAG} must be one of {', '.join(DEFAULT_ROUTING_CHOICES)}, got {value!r}")
+        if value not in settings.DEFAULT_ROUTING_CHOICES:
+            raise SystemExit(f"{DEFAULT_ROUTING_FLAG} must be one of {', '.join(settings.DEFAULT_ROUTING_CHOICES)}, "
+                             f"got {value!r}")
     return out, value
 
 
@@ -60,10 +57,10 @@ def resolve_argv(argv: Sequence[str], *, cpu: bool) -> List[str]:
             out += ["--max-total-tokens", "65536"]
         if speculate and not _has_flag(out, "--speculative-algorithm"):
             out += default_speculative_flags()
-    if not _has_flag(out, "--enable-return-routed-experts"):
-        # Turns on SGLang's per-request plumbing; our capturer replaces upstream's.
-        out.append("--enable-return-routed-experts")
-    if cpu:
+    for need in settings.flags_to_add(cpu=False):  # what capture needs everywhere (settings.CAPTURE_NEEDS)
+        if not _has_flag(out, need.argv[0]):
+            out += need.argv
+    if cpu:  # the CPU runtime's needs, and its comfort flags
         from sglang_r3.cpu import add_cpu_flags
 
         out = add_cpu_flags(out)
@@ -73,21 +70,27 @@ def resolve_argv(argv: Sequence[str], *, cpu: bool) -> List[str]:
 def prepare(argv: Sequence[str], process: Optional[str] = None):
     """SGLang's ServerArgs for our argv, checked against what capture supports.
 
-    process: install our patches for this process kind first ("server" mounts the HTTP
-    routes); None leaves it to SGLang's plugin loader (an in-process Engine).
+    process: "server" installs our patches for an HTTP server first (the launch is ours: SGLang's plugin
+    loader leaves this process alone); None is an in-process Engine, whose patches SGLang's plugin
+    loader installs.
     """
+    try:
+        settings.current()
+    except settings.SettingsError as exc:
+        raise SystemExit(f"sglang-r3 refuses to start: {exc}") from None
     from sglang_r3.cpu import activate_cpu_runtime, has_gpu
 
     cpu = not has_gpu()
     if cpu:
         activate_cpu_runtime()
-    os.environ[ENABLE_ENV] = "1"  # read by the plugin in SGLang's child processes
     argv, default_routing = pop_default_routing(argv)
-    if default_routing:
-        os.environ[DEFAULT_ROUTING_ENV] = default_routing  # read by server/request.py
+    # For the plugin in SGLang's processes (ENABLED) and server/request.py (DEFAULT_ROUTING).
+    settings.publish({settings.ENABLED: "1"}, **({settings.DEFAULT_ROUTING: default_routing} if default_routing else {}))
     sglang_argv = resolve_argv(argv, cpu=cpu)
     from sglang_r3.patches import api
+    from sglang_r3.patches.opt_in import begin_launch
 
+    begin_launch("server" if process == "server" else "engine")
     if process is not None:
         from sglang_r3.patches import install
         from sglang_r3.patches.hooks import HookTargetError

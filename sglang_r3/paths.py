@@ -3,9 +3,11 @@
 import os
 from pathlib import Path
 
+from sglang_r3 import settings
+
 
 def cache_root() -> Path:
-    root = os.environ.get("SGLANG_R3_CACHE") or os.path.join(
+    root = settings.current().cache or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "sglang_r3"
     )
     path = Path(root)

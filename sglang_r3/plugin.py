@@ -1,6 +1,6 @@
 """The project's one entry point into SGLang: ``sglang.srt.plugins`` calls ``plugin`` in every SGLang
 process (pyproject.toml). It hands the adapter (``sglang_r3.patches``) the rollout API it mounts where an
-HTTP server is launched; inert unless ``SGLANG_R3_ENABLED=1`` (see ``patches/__init__.py``)."""
+HTTP server is launched; inert unless capture is enabled (``settings.ENABLED``, see ``patches/__init__.py``)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from benchmarks.soak import SOAK_SERVER_ENV, SOAK_SERVER_FLAGS
+from sglang_r3 import settings
 from tests import children
 from tests.servers import ServerProcess
 from tests.tiers import *  # noqa: F401,F403  (the tier hooks: tests/tiers.py)
@@ -39,6 +40,16 @@ def pytest_runtest_call(item):
         return (yield)
     finally:
         children.reclaim()
+
+
+@pytest.fixture(autouse=True)
+def _settings_read_afresh():
+    """``settings.current()`` is read once per process: a test that changes our variables (monkeypatch,
+    a fixture that restores the environment) sees them, and the next test sees its own."""
+    settings.current.cache_clear()
+    yield
+    settings.current.cache_clear()
+
 
 ADMIN_KEY = "r3-admin-test-key"
 

@@ -28,6 +28,7 @@ import httpx
 import numpy as np
 import pytest
 
+from sglang_r3 import settings
 from sglang_r3.cpu import has_gpu
 from sglang_r3.embedded import default_speculative_flags, ensure_embedded_model
 from tests.routing_http import TIMEOUT, greedy, ids
@@ -36,7 +37,7 @@ from tests.servers import ServerProcess
 pytestmark = pytest.mark.sglang
 
 ROOT = Path(__file__).resolve().parent.parent
-OPT_IN = {"SGLANG_R3_ENABLED": "1"}
+OPT_IN = {settings.ENABLED: "1"}
 CPU = not has_gpu()
 PROMPT = ids("rollout on SGLang's own launcher")
 # What our launcher serves the embedded model with (launch_server.resolve_argv), spelled for SGLang's
@@ -249,9 +250,10 @@ def our_launchers_resolved_args():
 def test_opt_in_requires_exactly_what_our_launcher_adds(our_launchers_resolved_args, monkeypatch):
     from sglang_r3.patches.opt_in import missing_settings
 
-    monkeypatch.delenv("SGLANG_R3_DEFAULT_ROUTING", raising=False)
+    monkeypatch.delenv(settings.DEFAULT_ROUTING, raising=False)
     assert missing_settings(our_launchers_resolved_args) == []
-    monkeypatch.setenv("SGLANG_R3_DEFAULT_ROUTING", "everything")  # what --r3-default-routing would refuse
+    monkeypatch.setenv(settings.DEFAULT_ROUTING, "everything")  # what --r3-default-routing would refuse
+    settings.current.cache_clear()  # read once per process: read this one afresh
     [missing] = missing_settings(our_launchers_resolved_args)
     assert missing.flag.startswith("SGLANG_R3_DEFAULT_ROUTING=main|main+mtp|ref") and "'everything'" in missing.reason
 
@@ -292,7 +294,7 @@ def test_hook_target_whose_module_fails_to_import_is_named_with_its_own_error(tm
 def test_plugin_that_cannot_install_stops_start_up_instead_of_being_skipped():
     # The CPU failure, for real: sgl-kernel cannot load libcuda.so.1 (the CPU runtime is marked as
     # prepared, but no stand-in is on the loader path). SGLang's loader logs a plugin's exception and goes on.
-    env = {**OPT_IN, "SGLANG_R3_CPU": "1", "SGLANG_USE_CPU_ENGINE": "1", "LD_LIBRARY_PATH": ""}
+    env = {**OPT_IN, settings.CPU: "1", "SGLANG_USE_CPU_ENGINE": "1", "LD_LIBRARY_PATH": ""}
     proc = subprocess.run([sys.executable, "-c", "from sglang.srt.plugins import load_plugins; load_plugins()"],
                           capture_output=True, text=True, timeout=REFUSAL_TIMEOUT_S, cwd=ROOT,
                           env={**os.environ, **env})
@@ -335,8 +337,8 @@ def test_without_the_opt_in_sglang_loads_our_plugin_and_it_installs_nothing():
 
     # Upstream: SGLang's loader with every installed plugin but ours (its SGLANG_PLUGINS allow-list).
     others = [e.name for e in entry_points(group="sglang.srt.plugins") if e.name != "sglang_r3"]
-    upstream = _plugin_state({"SGLANG_R3_ENABLED": None, "SGLANG_PLUGINS": ",".join(others) or "none"})
-    off = _plugin_state({"SGLANG_R3_ENABLED": None, "SGLANG_PLUGINS": None})
+    upstream = _plugin_state({settings.ENABLED: None, "SGLANG_PLUGINS": ",".join(others) or "none"})
+    off = _plugin_state({settings.ENABLED: None, "SGLANG_PLUGINS": None})
     assert off["ours_loaded"] and not upstream["ours_loaded"]  # SGLang found and ran ours
     assert {**off, "ours_loaded": False} == upstream  # same hooks, same wrapped methods, same environment
     assert not any(src == "sglang_r3" for _, src in off["hooks"])

@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from sglang_r3 import settings
 from sglang_r3.launch_server import resolve_argv
 
 pytestmark = pytest.mark.sglang
@@ -406,7 +407,7 @@ def test_opt_in_launch_of_a_sliding_window_model_on_cpu_without_one_full_pool_is
             "--attention-backend", "torch_native", "--disable-overlap-schedule", "--disable-cuda-graph"]
     server_args = sglang_args(argv)
     server_args.resolve_once()
-    assert os.environ.get("SGLANG_R3_CPU") == "1"  # the fixture prepared the CPU runtime
+    assert settings.current().cpu  # the fixture prepared the CPU runtime
     missing = missing_settings(resolving_view(server_args))
     assert [m.flag for m in missing] == ["--disable-hybrid-swa-memory"], missing
     assert "sliding-window" in missing[0].reason

@@ -1,11 +1,7 @@
 """Make the CUDA wheels of SGLang 0.5.23 start on a CPU-only host.
 
-The only thing stopping them is that sgl-kernel's shared object links
-``libcuda.so.1`` (for one symbol, ``cuPointerGetAttribute``). We compile a
-one-function stand-in with the system C compiler, load it into this process
-by soname (so the dynamic loader satisfies sgl-kernel's DT_NEEDED from it)
-and put its folder on ``LD_LIBRARY_PATH`` so SGLang's spawned scheduler and
-detokenizer processes find it too.
+sgl-kernel links ``libcuda.so.1`` for one symbol; a one-function stand-in, compiled here, loaded into
+this process and put on ``LD_LIBRARY_PATH`` for SGLang's children, satisfies it.
 """
 
 from __future__ import annotations
@@ -19,21 +15,14 @@ from importlib import resources
 from pathlib import Path
 from typing import List, Sequence
 
+from sglang_r3 import settings
 from sglang_r3.paths import cache_root
 
-# Flags SGLang needs to run its model on the CPU; each is only added when the
-# user did not pass that flag themselves.
-CPU_SERVER_FLAGS: List[tuple] = [
-    ("--device", "cpu"),
-    ("--attention-backend", "torch_native"),
-    ("--disable-overlap-schedule", None),
-    ("--disable-cuda-graph", None),
-    # An idle scheduler busy-polls its sockets; on a CPU host that steals the cores the model runs on.
-    ("--sleep-on-idle", None),
-    # SGLang 0.5.23's torch_native backend reads a hybrid-SWA model's separate sliding-window KV pool by
-    # full-pool slot ids (past its size an IndexError, below it another slot's KV); one full pool with the
-    # window applied as a mask (as torch_native does) is exact. No effect on models without SWA layers.
-    ("--disable-hybrid-swa-memory", None),
+# Flags SGLang needs to run its model on the CPU (settings.CAPTURE_NEEDS: the CPU runtime's), and one
+# for comfort: an idle scheduler busy-polls its sockets, stealing the cores the model runs on. Each is
+# added only when the user did not pass that flag.
+CPU_SERVER_FLAGS: List[List[str]] = [n.argv for n in settings.CAPTURE_NEEDS if n.when != settings.ALWAYS] + [
+    ["--sleep-on-idle"],
 ]
 
 _STUB_SOURCE = "libcuda_stub.c"
@@ -45,7 +34,7 @@ class CpuBootstrapError(RuntimeError):
 
 def has_gpu() -> bool:
     """True when a CUDA device is usable. Checked without initialising CUDA in this process."""
-    if os.environ.get("SGLANG_R3_FORCE_CPU") == "1":
+    if settings.current().force_cpu:
         return False
     if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl"):
         return True
@@ -104,7 +93,7 @@ def activate_cpu_runtime() -> Path:
     # process load the stub now so sgl_kernel's import resolves against it.
     ctypes.CDLL(str(stub_dir / "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)
     os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-    os.environ["SGLANG_R3_CPU"] = "1"
+    settings.publish({settings.CPU: "1"})
     return stub_dir
 
 
@@ -144,10 +133,7 @@ def add_cpu_flags(argv: Sequence[str]) -> List[str]:
     """Append SGLang's CPU flags that the user did not set explicitly."""
     out = list(argv)
     given = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
-    for flag, value in CPU_SERVER_FLAGS:
-        if flag in given:
-            continue
-        out.append(flag)
-        if value is not None:
-            out.append(value)
+    for flag in CPU_SERVER_FLAGS:
+        if flag[0] not in given:
+            out += flag
     return out

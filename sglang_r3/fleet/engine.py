@@ -1,14 +1,8 @@
 """One fleet engine: a Ray actor that owns a ``python -m sglang_r3.launch_server`` subprocess.
 
-The actor holds the engine's resources in Ray's accounting (``num_gpus`` on a GPU cluster: Ray sets
-``CUDA_VISIBLE_DEVICES`` for the actor and the subprocess inherits it), starts the launcher with the
-environment server/refs.py reads (its store's name, engine id, incarnation, the cluster address),
-waits until it serves a routed request by reference end to end, and supervises it: when the process
-exits or stops answering ``/health``, the incarnation is ended in the store (its handles fail from
-then on) and a new one is started on the same port, so the gateway's health checks take it back.
-
-The launcher runs in its own session (its process group holds SGLang's scheduler and detokenizer
-too) with a parent-death signal, so neither a stop nor the actor's own death leaves an engine behind.
+It holds the engine's resources in Ray's accounting, starts the launcher with its record store's settings
+(``settings.StoreSettings``), and restarts it as a new incarnation (old handles then fail) when it exits or
+stops answering ``/health``; the launcher's process group dies with the actor.
 """
 
 from __future__ import annotations
@@ -27,8 +21,8 @@ from typing import Any, Dict, List, Optional
 
 import httpx
 
+from sglang_r3 import settings
 from sglang_r3.fleet.gateway import free_port
-from sglang_r3.fleet.handle import ENGINE_ENV, INCARNATION_ENV, NAMESPACE_ENV, RAY_ADDRESS_ENV, STORE_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -114,12 +108,11 @@ class EngineActor:
             flags = _set_flag(flags, "--weight-version", self.weights["weight_version"])
             if any(f == "--model-path" or f.startswith("--model-path=") for f in flags):
                 flags = _set_flag(flags, "--model-path", self.weights["model_path"])
-        env = {
-            **os.environ,
-            STORE_ENV: self.spec.store_name, NAMESPACE_ENV: self.spec.namespace,
-            ENGINE_ENV: self.spec.engine_id, INCARNATION_ENV: str(self.incarnation),
-            RAY_ADDRESS_ENV: self.gcs_address,
-        }
+        # For the launcher's HTTP process (server/refs.py): this actor's process exists for this engine only.
+        settings.publish(settings.StoreSettings(
+            store=self.spec.store_name, namespace=self.spec.namespace, engine=self.spec.engine_id,
+            incarnation=self.incarnation, ray_address=self.gcs_address).environ())
+        env = dict(os.environ)
         fd, self.log_path = tempfile.mkstemp(prefix=f"r3-{self.spec.engine_id}-i{self.incarnation}-", suffix=".log")
         cmd = [sys.executable, "-m", "sglang_r3.launch_server", "--host", "0.0.0.0", "--port", str(self.port), *flags]
         with os.fdopen(fd, "w") as log:

@@ -1,10 +1,8 @@
 """The small handle a response carries instead of a routing record, and the errors of resolving one.
 
-Trainer-side and Ray-free: a handle is plain data (it travels in HTTP bodies and through the
-gateway as JSON). It *names* a record -- which store holds it, which engine and which incarnation
-(restart generation) of that engine produced it, the request id -- and repeats the identity fields of
-the record (start, rows, weight version, token digest) so a trainer can check a sample before
-fetching and the store can refuse a record that does not match what the handle promised.
+Plain data (JSON through HTTP and the gateway), Ray-free: it names a record (store, engine, incarnation,
+request id) and repeats its identity fields, so a trainer checks a sample before fetching and the store
+refuses a record that does not match.
 """
 
 from __future__ import annotations
@@ -12,18 +10,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional
 
+from sglang_r3 import settings
 from sglang_r3.codes import HANDLE_ERROR_CODES
 from sglang_r3.record import RecordError
 
-# The engine actor (fleet/engine.py) tells its launcher's HTTP process (server/refs.py) where its
-# record store is and which engine incarnation it is, through these environment variables.
-STORE_ENV = "SGLANG_R3_RECORD_STORE"
-NAMESPACE_ENV = "SGLANG_R3_RAY_NAMESPACE"
-ENGINE_ENV = "SGLANG_R3_ENGINE_ID"
-INCARNATION_ENV = "SGLANG_R3_ENGINE_INCARNATION"
-RAY_ADDRESS_ENV = "SGLANG_R3_RAY_ADDRESS"
+# The engine actor (fleet/engine.py) tells its launcher's HTTP process where its record store is and which
+# engine incarnation it is (settings.StoreSettings); these names are the settings' own, kept for server/refs.py.
+STORE_ENV = settings.RECORD_STORE
+NAMESPACE_ENV = settings.RAY_NAMESPACE
+ENGINE_ENV = settings.ENGINE_ID
+INCARNATION_ENV = settings.ENGINE_INCARNATION
+RAY_ADDRESS_ENV = settings.RAY_ADDRESS
 
-NAMESPACE = "sglang_r3"  # Ray namespace of every fleet's named actors
+NAMESPACE = settings.DEFAULT_NAMESPACE  # Ray namespace of every fleet's named actors
 
 
 class RecordUnavailableError(RecordError):

@@ -1,29 +1,28 @@
-"""Everything that touches SGLang 0.5.23 internals lives in this package.
-
-The next SGLang bump should only need changes here. ``plugin`` is called by the
-project's one entry point (``sglang_r3.plugin``, registered under SGLang's
-``sglang.srt.plugins`` group), so SGLang calls it in each of its processes,
-with the rollout API to mount (the adapter never imports ``server/``); it is inert (registers nothing, changes no environment)
-unless ``SGLANG_R3_ENABLED=1``. ``sglang_r3.launch_server`` sets it for its own
-children; set by the user, it turns capture on under SGLang's own launchers
-(``python -m sglang.launch_server``, ``http_server.launch_server(ServerArgs)``,
-``sglang.Engine``; see ``opt_in.py``).
+"""Everything that touches SGLang 0.5.23 internals lives in this package; the next SGLang bump should
+only need changes here. ``plugin`` (SGLang's plugin loader calls it in every SGLang process) is inert
+unless ``settings.current().enabled``; ``opt_in.launch`` says which launch this process is part of.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Optional
 
-_installed = set()
+from sglang_r3 import settings
 
 
 def plugin(routes: Optional[Callable[[], Any]] = None) -> None:
     """``routes``: returns the rollout API's router, mounted where an HTTP server is launched."""
-    # The launcher process installs its own set ("server") before SGLang loads plugins.
-    if os.environ.get("SGLANG_R3_ENABLED") != "1" or "server" in _installed:
+    try:
+        enabled = settings.current().enabled
+    except settings.SettingsError as err:  # named before SGLang goes on without (or with half) capture
+        raise SystemExit(f"sglang-r3 refuses to start: {err}") from None
+    if not enabled:
         return
     from sglang_r3.patches.hooks import HookTargetError
+    from sglang_r3.patches.opt_in import launch
+
+    if launch.kind == "server":  # our launcher installed its own set already
+        return
 
     # SGLang's loader logs and ignores a plugin's Exception: the process would go on without capture,
     # or with part of it. Start-up stops instead, saying why.
@@ -36,7 +35,7 @@ def plugin(routes: Optional[Callable[[], Any]] = None) -> None:
         first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
         cause = next((line.strip().lstrip("- ") for line in str(err).splitlines() if "libcuda" in line), "")
         raise SystemExit(
-            "sglang-r3 refuses to start: installing its SGLang patches (SGLANG_R3_ENABLED=1) failed with "
+            f"sglang-r3 refuses to start: installing its SGLang patches ({settings.ENABLED}=1) failed with "
             f"{type(err).__name__}: {first}" + (f" ({cause})" if cause and cause != first else "")
         ) from None
 
@@ -44,7 +43,7 @@ def plugin(routes: Optional[Callable[[], Any]] = None) -> None:
 def _prepare_cpu_runtime() -> None:
     """On a host without a GPU: the libcuda stand-in before any hook target imports sgl-kernel, and
     SGLang's CPU engine for this process's children (the launcher did this already for its own)."""
-    if os.environ.get("SGLANG_R3_CPU") == "1":
+    if settings.current().cpu:
         return
     from sglang_r3.cpu import activate_cpu_runtime, has_gpu
 
@@ -55,16 +54,18 @@ def _prepare_cpu_runtime() -> None:
 def install(process: str, routes: Optional[Callable[[], Any]] = None) -> None:
     """Every patch this process kind needs. ``routes`` returns the rollout API's router
     (``server.routes.router``), mounted on SGLang's app by whichever process serves HTTP."""
-    if process in _installed:
+    from sglang_r3.patches.opt_in import launch
+
+    if process in launch.installed:
         return
-    _installed.add(process)
+    launch.installed.add(process)
     from sglang_r3 import metrics
     from sglang_r3.patches import api, http
 
     metrics.use_probe(api.metrics_enabled)
     if routes is not None:
         http.use_routes(routes)
-    if os.environ.get("SGLANG_R3_CPU") == "1":
+    if settings.current().cpu:
         from sglang_r3.patches.cpu import install_cpu_patches
 
         install_cpu_patches()

@@ -1,14 +1,8 @@
 """Register sglang-r3's hooks with SGLang's HookRegistry so that each one binds or start-up stops.
 
-SGLang's ``HookRegistry.apply_hooks`` resolves a target with ``pkgutil.resolve_name``, which
-swallows the ImportError of a module that fails to import and reports "module ... has no
-attribute ..." instead; ``apply_hooks`` then logs the traceback and goes on without the hook
-(e.g. on a CPU host without the libcuda stand-in, every module that imports sgl-kernel). A
-capture hook skipped that way would serve upstream's behaviour under our name. So ``register``
-resolves the target itself first, importing each module of its path with ``importlib`` (the
-real error surfaces, whatever was imported before), and records what did not resolve;
-``raise_if_missing`` then stops start-up naming every such target, and ``verify_applied``
-checks, after SGLang applied the hooks, that each registered target really was patched.
+SGLang's registry swallows a target module's ImportError and goes on without the hook, which for R3
+would serve upstream's behaviour under our name; ``register`` resolves each target itself first and
+``raise_if_missing`` / ``verify_applied`` stop start-up naming every target that did not bind.
 """
 
 from __future__ import annotations

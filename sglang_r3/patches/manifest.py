@@ -107,14 +107,21 @@ MANIFEST: Tuple[Touch, ...] = (
           "(self, obj, state, request=None)"),
     # -- launch (patches/opt_in.py) --------------------------------------------------------------------
     Touch(f"{_SA}.resolve_once", "hook:around",
-          "start-up refusals on SGLang's own resolved ServerArgs (SGLANG_R3_ENABLED=1 launches)", "(self)"),
+          "start-up refusals on SGLang's own resolved ServerArgs (opt-in launches)", "(self)"),
     Touch(f"{_SA}.check_server_args", "hook:before",
           "start-up refusals before SGLang's own checks", "(self)"),
     Touch("sglang.srt.server_args.prepare_server_args", "uses", "our launcher resolves argv as SGLang's does",
           "(argv)"),
     # -- starting SGLang (patches/api.py for launch_server.py, engine.py) ---------------------------------
     Touch("sglang.srt.plugins.load_plugins", "uses", "our launcher loads plugins before resolving argv", "()"),
-    Touch("sglang.launch_server.run_server", "uses", "our launcher runs SGLang's own server", "(server_args)"),
+    Touch("sglang.launch_server.run_server", "hook:around",
+          "our launcher runs SGLang's own server; under the opt-in (`sglang serve`) it marks an HTTP launch, whose "
+          "refusals exit instead of raising", "(server_args)"),
+    Touch("sglang.srt.entrypoints.engine.Engine._launch_subprocesses", "hook:around",
+          "under the opt-in: marks an in-process sglang.Engine launch (unless an HTTP launch runs it), whose "
+          "refusals raise to the caller",
+          "(server_args, init_tokenizer_manager_func, run_scheduler_process_func, run_detokenizer_process_func, "
+          "port_args=None, placement_group=None)"),
     Touch("sglang.srt.utils.kill_process_tree", "uses", "clean-up after the server returns, as SGLang's launcher",
           "(parent_pid, include_parent=True, skip_pid=None, wait_timeout=60)"),
     Touch("sglang.srt.entrypoints.engine.Engine", "uses", "sglang_r3.engine.Engine builds SGLang's in-process engine",

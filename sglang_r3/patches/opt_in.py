@@ -1,44 +1,55 @@
-"""SGLang's own launchers with capture: what ``SGLANG_R3_ENABLED=1`` adds where SGLang starts itself.
+"""SGLang's own launchers with capture on (the opt-in): our launcher's checks, where SGLang starts itself.
 
-``python -m sglang.launch_server``, ``sglang.srt.entrypoints.http_server.launch_server(ServerArgs)``
-(slime starts it in a ``multiprocessing.Process``) and ``sglang.Engine`` never run our launcher;
-they only load our plugin. With the opt-in, the plugin installs the same patches in every
-SGLang process (capture, draft, responses, input guard) and these two hooks on ``ServerArgs``,
-which only the launching process ever calls:
-
-* ``resolve_once`` (AROUND): ``check_supported`` before SGLang resolves the record, as our
-  launcher does (several refused combinations also fail SGLang's own resolution, and the user
-  should read our reason). Under ``http_server.launch_server`` called directly (slime's way)
-  SGLang resolves before it loads plugins, so the next hook is the first chance.
-* ``check_server_args`` (BEFORE): called once per launch by ``Engine._launch_subprocesses``
-  after plugins are loaded and before SGLang publishes its configuration or starts any
-  process. Here: every hook bound (``hooks.verify_applied``), ``check_supported`` on the
-  resolved record, the settings capture needs (``--enable-return-routed-experts``; on a CPU-only
-  host the CPU runtime's flags), and, for an HTTP server, our routes.
-
-A refused HTTP launch exits with status 1 and the message (no traceback), like our launcher; a
-refused ``sglang.Engine(...)`` raises the error to its caller.
+``python -m sglang.launch_server``, ``sglang serve``, ``http_server.launch_server(ServerArgs)`` (slime) and
+``sglang.Engine`` never run our launcher. In the launching process these hooks refuse what capture cannot
+serve (``check_supported``) and what it lacks (``settings.CAPTURE_NEEDS``), naming each flag: an HTTP launch
+exits with the message (status 1, no traceback), an Engine raises it. ``launch`` says which it is.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import sys
-from dataclasses import dataclass
-from typing import List, Sequence
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Set
 
+from sglang_r3 import settings
 from sglang_r3.patches.hooks import register
 
-ENABLE_ENV = "SGLANG_R3_ENABLED"
-DEFAULT_ROUTING_ENV = "SGLANG_R3_DEFAULT_ROUTING"
-DEFAULT_ROUTING_CHOICES = ("main", "main+mtp", "ref")  # as launch_server.DEFAULT_ROUTING_CHOICES
-
 _SA = "sglang.srt.server_args.ServerArgs"
-# Modules whose functions are on the stack when SGLang launches an HTTP server: run_server
-# (sglang.launch_server, also under ``sglang serve``) resolves the record, http_server.launch_server
-# (where slime's child starts) checks it.
-_HTTP_LAUNCHERS = ("sglang.srt.entrypoints.http_server", "sglang.launch_server")
+
+LAUNCH_KINDS = ("server", "engine", "http")
+
+
+@dataclass
+class Launch:
+    """This process's part in a launch, set by whichever entry started it, read by the launch checks.
+
+    kind: "server" (our launcher: it installs its own patches and checks, the plugin stays out), "engine"
+    (an in-process Engine: ours, or SGLang's, marked by the hook on ``Engine._launch_subprocesses``),
+    "http" (SGLang's HTTP launch, marked as ``install_launch_checks`` says), None (unmarked: a launch the plugin
+    joined inside, which in 0.5.23 only ``http_server.launch_server`` called directly does, as slime's
+    child; an Engine loads plugins in ``__init__``, before anything else).
+    installed: the process kinds whose patches are in (``patches.install``: "server", "child").
+    """
+
+    kind: Optional[str] = None
+    installed: Set[str] = field(default_factory=set)
+
+    @property
+    def http(self) -> bool:
+        """Whether a refused launch exits with the message (an HTTP server) or raises it (an Engine)."""
+        return self.kind != "engine"
+
+
+launch = Launch()
+
+
+def begin_launch(kind: str) -> None:
+    if kind not in LAUNCH_KINDS:
+        raise ValueError(f"launch kind {kind!r} is not one of {LAUNCH_KINDS}")
+    launch.kind = kind
+
 
 _checking: set = set()  # ids of records whose check_supported is running (it calls resolve_once itself)
 
@@ -54,11 +65,11 @@ class MissingSettingsError(ValueError):
 
     def __init__(self, missing: Sequence[Missing]):
         self.missing = list(missing)
-        lines = [f"sglang-r3 ({ENABLE_ENV}=1) refuses to start: this launch lacks "
+        lines = [f"sglang-r3 ({settings.ENABLED}=1) refuses to start: this launch lacks "
                  + ("a setting" if len(self.missing) == 1 else "settings") + " routing capture needs:"]
         lines += [f"  {m.flag}: {m.reason}" for m in self.missing]
         lines.append(f"Add the flag(s) above (`python -m sglang_r3.launch_server` adds them itself), "
-                     f"or unset {ENABLE_ENV} to run SGLang without routing capture.")
+                     f"or unset {settings.ENABLED} to run SGLang without routing capture.")
         super().__init__("\n".join(lines))
 
     @property
@@ -67,70 +78,35 @@ class MissingSettingsError(ValueError):
 
 
 def on_cpu_runtime() -> bool:
-    return os.environ.get("SGLANG_R3_CPU") == "1"  # set by cpu.activate_cpu_runtime
+    return settings.current().cpu  # published by cpu.activate_cpu_runtime
 
 
-# -- what capture needs -------------------------------------------------------------------------
+# -- what capture needs (settings.CAPTURE_NEEDS) ---------------------------------------------------
 
 
-def _cuda_graphs_off(cfg) -> bool:
-    if cfg.disable_cuda_graph:
-        return True
-    graphs = cfg.cuda_graph_config
-    phases = [getattr(graphs, p, None) for p in ("decode", "prefill")] if graphs is not None else []
-    return bool(phases) and all(
-        p is not None and str(getattr(p.backend, "value", p.backend)) == "disabled" for p in phases
-    )
-
-
-_CPU_WHY = "this host has no GPU, and SGLang runs here only on its CPU runtime with this setting"
-
-
-def _cpu_device_missing(device) -> Missing:
-    return Missing("--device cpu", f"{_CPU_WHY} (device: {device!r})")
-
-
-def missing_settings(cfg) -> List[Missing]:
+def missing_settings(cfg, current: Optional[settings.Settings] = None) -> List[Missing]:
     """Settings the resolved configuration ``cfg`` lacks. Nothing is added behind the caller's back:
     under ``http_server.launch_server(ServerArgs)`` the record is resolved before any plugin runs, so
     the only honest answer on every path is to name what to pass."""
+    try:
+        current = current or settings.current()
+    except settings.SettingsError as err:  # our own variable first: what the rest means depends on it
+        return [Missing(f"{err.name}={err.expected} (environment variable)",
+                        f"got {err.value!r}; it says {settings.MEANING[err.name]}")]
     out: List[Missing] = []
-    if not cfg.enable_return_routed_experts:
-        out.append(Missing("--enable-return-routed-experts", (
-            "it turns on SGLang's per-request routing plumbing, which sglang-r3's capturer replaces; "
-            "without it no request can get routing (slime passes it under --use-rollout-routing-replay)"
-        )))
-    if on_cpu_runtime():
-        why = _CPU_WHY
-        if cfg.device != "cpu":
-            out.append(_cpu_device_missing(cfg.device))
-        backends = {cfg.attention_backend, cfg.decode_attention_backend, cfg.prefill_attention_backend} - {None}
-        if backends != {"torch_native"}:
-            out.append(Missing("--attention-backend torch_native", (
-                f"{why}: sglang-r3's CPU patches give MTP verify and draft passes to the torch_native backend "
-                f"(resolved: {', '.join(sorted(map(str, backends))) or 'none'})"
-            )))
-        if not cfg.disable_overlap_schedule:
-            out.append(Missing("--disable-overlap-schedule", why))
-        if not _cuda_graphs_off(cfg):
-            out.append(Missing("--disable-cuda-graph", f"{why} (CUDA graphs need a GPU)"))
-        if _hybrid_swa_pool(cfg):
-            out.append(Missing("--disable-hybrid-swa-memory", (
-                f"{why}: this model has sliding-window layers, and SGLang 0.5.23's torch_native backend reads "
-                "their separate KV pool by full-pool slot ids (another slot's KV, or an IndexError); one full pool "
-                "with the window as a mask is exact"
-            )))
-    value = os.environ.get(DEFAULT_ROUTING_ENV)
-    if value and value not in DEFAULT_ROUTING_CHOICES:
-        out.append(Missing(f"{DEFAULT_ROUTING_ENV}={'|'.join(DEFAULT_ROUTING_CHOICES)} (environment variable)",
-                           f"got {value!r}; it says which routing a /generate that does not ask gets"))
+    for need in settings.CAPTURE_NEEDS:
+        if need.when != settings.ALWAYS and not current.cpu:  # the CPU runtime's needs
+            continue
+        if need.met(cfg):
+            continue
+        if need.when == settings.ON_CPU_HYBRID_SWA and not _hybrid_swa_pool(cfg):  # reads the model config
+            continue
+        out.append(Missing(need.flag, need.why(cfg)))
     return out
 
 
 def _hybrid_swa_pool(cfg) -> bool:
     """Whether SGLang would give this model's sliding-window layers a KV pool of their own."""
-    if cfg.disable_hybrid_swa_memory:
-        return False
     from sglang.srt.arg_groups.model_override_base import model_config_of
 
     return bool(model_config_of(cfg).is_hybrid_swa)
@@ -139,26 +115,13 @@ def _hybrid_swa_pool(cfg) -> bool:
 # -- the hooks ----------------------------------------------------------------------------------
 
 
-def _http_launch() -> bool:
-    """True when this launch runs inside ``http_server.launch_server`` (``python -m sglang.launch_server``,
-    ``sglang serve`` and slime's child all do); false for an in-process ``sglang.Engine``."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        g = frame.f_globals
-        # ``python -m sglang.launch_server`` runs that module as __main__; its spec keeps the name.
-        if g.get("__name__") in _HTTP_LAUNCHERS or getattr(g.get("__spec__"), "name", None) in _HTTP_LAUNCHERS:
-            return True
-        frame = frame.f_back
-    return False
-
-
-_NOTE = f"({ENABLE_ENV}=1 turned routing capture on for this SGLang launch; unset it to run SGLang without.)"
+_NOTE = f"({settings.ENABLED}=1 turned routing capture on for this SGLang launch; unset it to run SGLang without.)"
 
 
 def _refuse(err: Exception) -> None:
     # check_supported's message ends "serve with plain `python -m sglang.launch_server`": say how here.
     note = "" if isinstance(err, MissingSettingsError) else _NOTE
-    if _http_launch():
+    if launch.http:
         raise SystemExit("\n".join(filter(None, (str(err), note)))) from None  # stderr, status 1, no traceback
     if note:
         err.add_note(note)
@@ -176,7 +139,7 @@ def refuse_unsupported_once_resolved(original, self, *args, **kwargs):
             # SGLang may have picked its platform when it was imported, before this plugin prepared the
             # CPU runtime (python -m sglang.launch_server does); left to find the device itself, its
             # resolution then fails with "No accelerator".
-            raise MissingSettingsError([_cpu_device_missing(self.device)])
+            raise MissingSettingsError([Missing(_DEVICE.flag, _DEVICE.why(self))])
         check_supported(self)  # raw pass, resolve_once (through this hook: the original), resolved pass
     except (UnsupportedConfigError, MissingSettingsError) as err:
         _refuse(err)
@@ -205,14 +168,39 @@ def refuse_unsupported_before_sglangs_checks(self, *args, **kwargs):
             bind_rank_threads(cpu_rank_count(self))  # before SGLang spawns a scheduler
     except (HookTargetError, UnsupportedConfigError, MissingSettingsError) as err:
         _refuse(err)
-    if _http_launch():
+    if launch.http:
         from sglang_r3.patches.http import install_http_routes
 
         install_http_routes()  # before _setup_and_run_http_server builds the server on this app
     return None
 
 
+_DEVICE = settings.NEEDS_BY_FLAG["--device"]
+
+
+def _marking(kind: str):
+    """An AROUND hook: the launch inside ``original`` is of ``kind``, unless an outer entry said already."""
+    def around(original, *args, **kwargs):
+        before = launch.kind
+        if before is None:
+            launch.kind = kind
+        try:
+            return original(*args, **kwargs)
+        finally:
+            launch.kind = before
+
+    return around
+
+
 @functools.cache  # once per process, whichever process kinds install it
 def install_launch_checks() -> None:
     register(f"{_SA}.resolve_once", refuse_unsupported_once_resolved, "around")
     register(f"{_SA}.check_server_args", refuse_unsupported_before_sglangs_checks, "before")
+    # Which launch is this? `python -m sglang.launch_server` runs that module as __main__ (unhookable, and
+    # it resolves the record before it calls anything we hook): an HTTP launch from the start.
+    if getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None) == "sglang.launch_server":
+        begin_launch("http")
+    register("sglang.launch_server.run_server", _marking("http"), "around")  # `sglang serve`
+    # An in-process sglang.Engine (its __init__ loads plugins first); an HTTP launch, marked above, goes
+    # through it too and stays HTTP.
+    register("sglang.srt.entrypoints.engine.Engine._launch_subprocesses", _marking("engine"), "around")

@@ -1,46 +1,17 @@
 """Refuse, at start-up, SGLang 0.5.23 configurations under which routing capture would be wrong.
 
-Our capture is correct only inside a known envelope: one scheduler routes its
-own whole batch (every MoE layer on this rank, every token of the forward),
-rows are keyed by KV slots that only SGLang's forwards write, the draft runs in
-``EAGLEWorkerV2`` (the only speculative worker ``patches/draft.py`` hooks), and
-responses go through our FastAPI ``/generate`` in the launcher process.
-Outside it the server would still answer HTTP 200, with wrong rows. So
-``check_supported`` names every flag that leaves the envelope, one line each,
-and the launcher exits before SGLang starts anything.
-
-Two passes, because in 0.5.23 ``prepare_server_args`` only parses: SGLang's
-defaults and auto-adjustments (``ServerArgs.resolve_once``) run later, inside
-``run_server``.
-
-1. The raw record: exactly what the user asked for. Checked before resolution
-   because several refused combinations also fail SGLang's own resolution
-   (``--enable-dp-attention --dp-size 2`` asserts) and the user should see our
-   reason, not an unrelated assertion.
-2. The resolved view: we call ``resolve_once`` ourselves (``run_server``'s own
-   call then returns at once) and check again, which catches what SGLang
-   turns on by itself, e.g. multi-layer EAGLE for MiMo-V2 / GigaChat-3.5,
-   EAGLE promoted to FROZEN_KV_MTP for Gemma-4 assistant drafts, DeepEP forced
-   by ``--enable-waterfill``, ``--grpc-port`` taken from ``SGLANG_GRPC_PORT``.
-
-Deliberately *not* refused (see the tests that pin them):
-
-* expert parallelism without an all-to-all backend (``--ep-size N`` with
-  ``--moe-a2a-backend none``): every rank routes the whole batch;
-* EPLB (``--enable-eplb``, ``--init-expert-location``,
-  ``--ep-num-redundant-experts``): every 0.5.23 capture site
-  (``_post_process_topk_ids``, the NPU ``_finalize_topk_npu``,
-  ``BypassedTopKOutput.to_standard``) captures the router's logical ids before
-  ``topk_ids_logical_to_physical``, and rebalancing moves physical replicas,
-  not the routing decision;
-* ``--enable-single-batch-overlap``: overlaps work inside one batch, whose
-  routing is still one ``select_experts`` call per layer;
-* ``--skip-tokenizer-init``: responses still go through our ``/generate``;
-  the tokenizer manager base64-encodes ``routed_experts`` tensors exactly as
-  the detokenizer does;
-* plain ``--dp-size N`` replicas: each replica is a whole scheduler with its
-  own capturer and routes only its own requests.
+Outside the envelope capture is written for (one scheduler routes its whole batch, rows keyed by KV slots
+only forwards write, drafts in ``EAGLEWorkerV2``, responses through our ``/generate``) the server would
+answer HTTP 200 with wrong rows. ``check_supported`` names every flag that leaves it, one line each,
+before SGLang starts a process: on the raw record (what the user asked for; some refused combinations
+also fail SGLang's own resolution) and again after ``resolve_once`` (what SGLang turns on by itself).
 """
+
+# Deliberately not refused (tests pin each): expert parallelism without an all-to-all backend (every
+# rank routes the whole batch); EPLB (captured ids are the router's logical ones, before
+# topk_ids_logical_to_physical); --enable-single-batch-overlap (one select_experts per layer still);
+# --skip-tokenizer-init (responses still pass our /generate); plain --dp-size replicas (each its own
+# scheduler and capturer).
 
 from __future__ import annotations
 
@@ -49,6 +20,8 @@ import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable, List, NamedTuple, Optional, Sequence
+
+from sglang_r3 import settings
 
 # The only speculative algorithm whose worker (EAGLEWorkerV2) we hook; NEXTN is
 # SGLang's CLI alias for it.
@@ -428,7 +401,7 @@ def _serving(cfg, names, *, resolved) -> Rule:
         yield _Hit("grpc_port", cfg.grpc_port, grpc + " (the port may also come from SGLANG_GRPC_PORT)")
     if cfg.use_ray:
         yield _Hit("use_ray", None, (
-            "schedulers run as Ray actors, which do not inherit SGLANG_R3_ENABLED from the launcher, so "
+            f"schedulers run as Ray actors, which do not inherit {settings.ENABLED} from the launcher, so "
             "our capturer would not be installed in them"
         ))
     if not resolved and _rust_server():
