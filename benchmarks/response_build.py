@@ -6,14 +6,14 @@ Both sides start from what the scheduler puts in ``req.routed_experts`` and end 
   ``DetokenizerManager._b64_encode_per_request`` (pybase64 of the tensor bytes, detokenizer process) ->
   ``meta_info["routed_experts"]`` -> ``orjson_response`` (``dumps_json``) in the HTTP process.
 * ours: the msgpack payload (``capture/payload.encode_payload``, built at collect time in the scheduler)
-  as ``PayloadBytes`` -> the same detokenizer base64 -> ``patches/responses._to_contract`` (the
-  TokenizerManager hook: keeps the payload encoded for our /generate) -> ``server/generate.attach_all``
-  (pybase64 decode, ``decode_payload``, record, ``to_wire``) -> ``server/wire.respond`` (orjson or msgpack).
-  These are the functions our HTTP process runs, called directly.
+  as ``PayloadBytes`` -> the same detokenizer base64 -> ``patches/responses.take_payload`` (the
+  TokenizerManager hook: parks the payload, still encoded, for our /generate) -> ``server/generate.build_all``
+  (``response.build``: pybase64 decode, ``decode_payload``, record, ``to_wire``) -> ``server/wire.respond``
+  (orjson or msgpack). These are the functions our HTTP process runs, called directly.
 
 Event-loop stall: 64 requests of 4k tokens finish in one batch. The TokenizerManager's handle loop sets
 all 64 events in one pass, so all 64 coroutines are ready in the same loop iteration. Each runs what the
-server runs for it: upstream, ``orjson_response`` on the loop (SGLang's handler); ours, ``_to_contract``
+server runs for it: upstream, ``orjson_response`` on the loop (SGLang's handler); ours, ``take_payload``
 on the loop (the hook), then ``generate.respond_routed`` (record and body built in worker threads). A 1 ms
 heartbeat task on the same asyncio loop records how late it wakes; the stall is its p99.
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 from typing import Any, Dict, List
 
 import numpy as np
@@ -31,7 +32,7 @@ import torch
 from benchmarks.shapes import GLM45, Shape, synthetic_record, upstream_routed_experts
 from benchmarks.stats import bootstrap_ci, ratio_ci
 from sglang_r3.capture.payload import PayloadBytes, encode_payload
-from sglang_r3.response import NATIVE_ROUTING
+from sglang_r3.response import ask, unpark
 
 
 def _payloads(shape: Shape, rows: int, seed: int = 0):
@@ -58,34 +59,37 @@ def upstream_path(up: torch.Tensor, rows: int) -> bytes:
     return orjson_response(out).body
 
 
-class _TM:
-    def __init__(self, layout):
-        self.layout = layout
+class _Request:
+    """An HTTP request as the hook reads it: ``state`` carries what our /generate asked for."""
+
+    def __init__(self, asked):
+        self.state = SimpleNamespace()
+        ask(self, asked)
 
 
-def _tm_hook(out: Dict[str, Any]) -> Dict[str, Any]:
+def _tm_hook(out: Dict[str, Any], request: _Request) -> Dict[str, Any]:
     """What the TokenizerManager hook does with a finished output of our /generate (on the event loop)."""
     from sglang_r3.patches import responses
 
-    token = NATIVE_ROUTING.set(True)
-    try:
-        return responses._to_contract(None, out)
-    finally:
-        NATIVE_ROUTING.reset(token)
+    return responses.take_payload(None, request, out)
 
 
-def _options():
+def _asked(binary: bool):
+    from server.generate import asked_of
     from server.schemas import RoutingOptions
 
-    return RoutingOptions.model_validate({"return_routing": True})
+    return asked_of(RoutingOptions.model_validate({"return_routing": True}), binary)
 
 
 def ours_path(payload, rows: int, layout, binary: bool) -> bytes:
-    from server.generate import attach_all
+    from server.generate import build_all
     from server.wire import respond as _respond
 
+    asked = _asked(binary)
     out = {"text": "", "output_ids": [], "meta_info": {**_meta(rows), "routed_experts": _detok(payload)}}
-    return _respond(attach_all(_tm_hook(out), _options(), layout, binary), binary).body
+    out = _tm_hook(out, _Request(asked))
+    build_all(unpark(out), asked, layout)
+    return _respond(out, binary).body
 
 
 def build_time(shape: Shape = GLM45, rows: int = 32767, repeats: int = 7) -> Dict[str, Any]:
@@ -118,7 +122,7 @@ def event_loop_stall(shape: Shape = GLM45, n_requests: int = 64, tokens: int = 4
     from server.generate import respond_routed
     from sglang.srt.utils.json_response import orjson_response
 
-    layout, opts = shape.layout(), _options()
+    layout, asked = shape.layout(), _asked(side == "msgpack")
     payloads = [_payloads(shape, tokens - 1, seed=i)[side == "upstream"] for i in range(n_requests)]
     detoks = [_detok(p) for p in payloads]  # detokenizer process: not on the HTTP loop
 
@@ -138,7 +142,8 @@ def event_loop_stall(shape: Shape = GLM45, n_requests: int = 64, tokens: int = 4
             if side == "upstream":
                 resp = orjson_response(out)
             else:
-                resp = await respond_routed(_tm_hook(out), opts, layout, side == "msgpack")
+                out = _tm_hook(out, _Request(asked))
+                resp = await respond_routed(out, unpark(out), asked, layout)
             return len(resp.body)  # the server writes the body out and drops it; holding 64 would not be the server
 
         hb = asyncio.create_task(heartbeat())

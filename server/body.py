@@ -1,14 +1,6 @@
-"""How deep a JSON body may nest, decided by us before any parser sees it.
-
-Parsers disagree on deep nesting and change their minds between releases: stdlib ``json`` raises
-RecursionError near 1000 levels, orjson 3.8 parses 100k levels and orjson 3.13 refuses past 1024. What a
-client gets for a body must not depend on which release an installer picked, so ``/generate`` refuses any
-body nested deeper than ``MAX_JSON_DEPTH`` (the top-level object is level 1) with a 400 naming the limit,
-whatever field holds it, and every body it lets through is well inside every parser's own limit.
-
-The scan is linear and vectorized (numpy over the positions of quotes, backslashes and brackets, never a
-Python loop per byte), and a body with fewer opening brackets than the limit, almost every real request,
-costs two ``bytes.count`` calls.
+"""How deep a JSON body may nest, decided by us before any parser sees it: parsers' own limits differ
+by release (stdlib ~1000, orjson 3.8 none, 3.13 1024), and a client's answer must not depend on which
+one was installed. The scan is linear and vectorized; a shallow body costs two ``bytes.count`` calls.
 """
 
 from __future__ import annotations

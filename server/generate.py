@@ -1,9 +1,6 @@
-"""``POST /generate``: SGLang's native API with role-tagged routing records.
-
-It replaces SGLang's handler with one that accepts the routing options (``server/request.py``),
-forwards everything else to SGLang's TokenizerManager unchanged, and turns each finished output's
-payload into what was asked for with the response steps of ``sglang_r3.response``. With
-``Accept: application/msgpack`` the response is msgpack and the routing arrays are raw bytes.
+"""``POST /generate``: SGLang's native API plus the routing options (``server/request.py``); each
+finished output gets what its request asked for from ``response.build``, off the event loop when long.
+With ``Accept: application/msgpack`` the response is msgpack and the routing arrays raw bytes.
 """
 
 from __future__ import annotations
@@ -12,7 +9,7 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
-from typing import Any, List, Union
+from typing import Any, Dict, List, Tuple, Union
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -23,36 +20,18 @@ from server.request import RequestError, parse_routing_options, rewrite_body
 from server.schemas import ErrorResponse, RoutedOutput, RoutingOptions
 from server.state import current_layout, tokenizer_manager
 from server.wire import DONE_FRAME, MSGPACK, frame, respond, wants_msgpack
-from sglang_r3.capture.payload import CapturedRouting, EncodedRouting
+from sglang_r3.capture.payload import EncodedRouting
 from sglang_r3.layout import ModelLayout
 from sglang_r3.patches import api
-from sglang_r3.response import NATIVE_ROUTING, attach, meta_of, outputs
+from sglang_r3.record import RoutingRecord
+from sglang_r3.response import Asked, ask, build, unpark
 
 router = APIRouter()
 
 
-def attach_routing(out: Any, opts: RoutingOptions, layout: ModelLayout, binary: bool) -> Any:
-    """One finished output with what its request asked for (record, reference, upstream's field)."""
-    meta = meta_of(out)
-    if meta is None:
-        return out
-    captured = meta.pop("routed_experts", None)
-    if isinstance(captured, EncodedRouting) and opts.any:
-        captured = captured.decode()
-    if not isinstance(captured, CapturedRouting) or not opts.any:
-        return out
-    record = ("keep" if opts.want_ref else "wire") if opts.want_routing else None
-    kept = attach(meta, captured, layout, upstream=opts.return_routed_experts, record=record,
-                  mtp=opts.want_mtp, binary=binary)
-    if kept is not None:  # stored and replaced by a handle in refs.settle, before the response goes out
-        meta["routing_ref"] = refs.PendingRef(kept)
-    return out
-
-
-def attach_all(ret: Any, opts: RoutingOptions, layout: ModelLayout, binary: bool) -> Any:
-    for item in outputs(ret):
-        attach_routing(item, opts, layout, binary)
-    return ret
+def asked_of(opts: RoutingOptions, binary: bool) -> Asked:
+    record = ("ref" if opts.want_ref else "wire") if opts.want_routing else None
+    return Asked(record=record, mtp=opts.want_mtp, upstream=opts.return_routed_experts, binary=binary)
 
 
 @lru_cache(maxsize=1)
@@ -104,16 +83,19 @@ async def generate(request: Request):
     except TypeError as e:
         return RequestError(f"malformed /generate field: {e}").response()
     tm = tokenizer_manager()
-    layout = current_layout() if opts.any else None
     binary = wants_msgpack(request)
+    asked = layout = None
+    if opts.any:
+        asked, layout = asked_of(opts, binary), current_layout()
+        ask(request, asked)  # the TokenizerManager hook parks each payload for us (sglang_r3.response)
 
     if obj.stream:
         async def stream():
-            NATIVE_ROUTING.set(layout is not None)  # this generator's own context (Starlette iterates it)
             try:
                 async for out in tm.generate_request(obj, request):
-                    if _carries_routing(out):  # the finishing chunk: build its record off the loop
-                        yield await respond_routed(out, opts, layout, binary, serialize=frame)
+                    parked = unpark(out)
+                    if parked:  # the finishing chunk: build its routing off the loop when long
+                        yield await respond_routed(out, parked, asked, layout, serialize=frame)
                     else:
                         yield frame(out, binary)
             except ValueError as e:
@@ -126,55 +108,50 @@ async def generate(request: Request):
             media_type=MSGPACK if binary else "text/event-stream",
             background=tm.create_abort_task(obj),
         )
-    token = NATIVE_ROUTING.set(layout is not None)
     try:
         ret = await tm.generate_request(obj, request).__anext__()
     except ValueError as e:
         return api.error_response(e)
-    finally:
-        NATIVE_ROUTING.reset(token)
-    if layout is None:
+    parked = unpark(ret) if asked is not None else None
+    if not parked:
         return respond(ret, binary)
-    return await respond_routed(ret, opts, layout, binary)
+    return await respond_routed(ret, parked, asked, layout)
 
 
-def _carries_routing(out: Any) -> bool:
-    meta = meta_of(out)
-    return meta is not None and isinstance(meta.get("routed_experts"), EncodedRouting)
+Parked = List[Tuple[Dict[str, Any], EncodedRouting]]
 
 
-async def respond_routed(ret: Any, opts: RoutingOptions, layout: ModelLayout, binary: bool, serialize=None) -> Any:
-    """A finished /generate output (one or a list) with its routing -> the response (``serialize``:
+def build_all(parked: Parked, asked: Asked, layout: ModelLayout) -> List[Tuple[Dict[str, Any], RoutingRecord]]:
+    """``response.build`` for each output; the records kept for the store, with their ``meta_info``."""
+    kept = []
+    for meta, payload in parked:
+        rec = build(meta, payload, asked, layout)
+        if rec is not None:
+            kept.append((meta, rec))
+    return kept
+
+
+async def respond_routed(ret: Any, parked: Parked, asked: Asked, layout: ModelLayout, serialize=respond) -> Any:
+    """A finished output (one or a batch) and its ``parked`` payloads -> the response (``serialize``:
     ``wire.frame`` for the last frame of a stream).
 
-    Decoding the payload, building the record and serializing it take milliseconds for a long request;
-    when many requests finish in one loop iteration, doing that on the event loop stalls every other
-    request's I/O (benchmarks/README.md, event-loop stall). The TokenizerManager hook leaves the payload
-    encoded on the loop's side; one builder thread does the rest and hands the GIL back after each step.
-    Short records are built inline: two thread hops cost more than building them.
+    Decoding, building and serializing a long record take milliseconds; many requests finishing in one
+    loop iteration would stall every other request's I/O (benchmarks/README.md, event-loop stall), so
+    one builder thread does them and hands the GIL back after each step. Short records are built
+    inline: two thread hops cost more than building them.
     """
-    serialize = serialize or respond
-    if _payload_bytes(ret) < _INLINE_BUILD_BYTES:
-        return serialize(await refs.settle(attach_all(ret, opts, layout, binary)), binary)
+    binary = asked.binary
+    if sum(p.nbytes for _, p in parked) < _INLINE_BUILD_BYTES:
+        await refs.store(build_all(parked, asked, layout))
+        return serialize(ret, binary)
     loop = asyncio.get_running_loop()
-    out = await refs.settle(await loop.run_in_executor(_builder(), _yielding, attach_all, ret, opts, layout, binary))
-    return await loop.run_in_executor(_builder(), _yielding, serialize, out, binary)
+    await refs.store(await loop.run_in_executor(_builder(), _yielding, build_all, parked, asked, layout))
+    return await loop.run_in_executor(_builder(), _yielding, serialize, ret, binary)
 
 
 # Encoded payload size (base64 characters, all outputs of the response) below which building on the
 # event loop is cheaper than the thread hops (about a 130-token GLM-4.5 record).
 _INLINE_BUILD_BYTES = 1 << 17
-
-
-def _payload_bytes(ret: Any) -> int:
-    total = 0
-    for item in outputs(ret):
-        meta = meta_of(item)
-        enc = meta.get("routed_experts") if meta is not None else None
-        if isinstance(enc, EncodedRouting):
-            raw = enc.raw
-            total += len(raw) if isinstance(raw, (str, bytes, bytearray)) else int(getattr(raw, "numel", lambda: 0)())
-    return total
 
 
 def _yielding(fn, *args):

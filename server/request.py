@@ -3,15 +3,14 @@ SGLang's own request body without them."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Dict, List, Optional
 
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from server import refs
 from server.schemas import RoutingOptions
 from server.state import tokenizer_manager
+from sglang_r3 import settings
 from sglang_r3.capture.draft import MTP_WANTED_KEY
 
 
@@ -27,9 +26,12 @@ class RequestError(ValueError):
         return JSONResponse(body, status_code=self.status)
 
 
+_DEFAULT_ROUTING = {"main": True, "main+mtp": {"mtp": True}, "ref": {"ref": True}}
+
+
 def _default_routing() -> Any:
-    value = os.environ.get("SGLANG_R3_DEFAULT_ROUTING")  # set by the launcher's --r3-default-routing
-    return {"main": True, "main+mtp": {"mtp": True}, "ref": {"ref": True}}.get(value or "")
+    """``return_routing`` for a request that does not say (the launcher's --r3-default-routing)."""
+    return _DEFAULT_ROUTING.get(settings.current().default_routing or "")
 
 
 def parse_routing_options(body: Dict[str, Any]) -> RoutingOptions:
@@ -42,7 +44,7 @@ def parse_routing_options(body: Dict[str, Any]) -> RoutingOptions:
         # Union members show up in loc ("return_routing", "bool"); name the request field.
         field = str(err["loc"][0]) if err["loc"] else None
         raise RequestError(f"{field}: {err['msg']} (got {err.get('input')!r})", field=field) from None
-    if opts.want_ref and not refs.configured():
+    if opts.want_ref and settings.current().store is None:
         raise RequestError("return_routing.ref needs an engine started by sglang_r3.fleet (it has no record store)",
                            field="return_routing")
     if opts.routing_start is not None and not opts.want_routing:

@@ -1,33 +1,55 @@
-"""The response steps, one implementation each, for every way a finished request leaves SGLang.
+"""What a finished request's routing becomes in its response, built in one pass for every endpoint.
 
-Our ``/generate`` (``server/generate.py``), the OpenAI endpoints and the in-process ``sglang.Engine``
-(``patches/responses.py``, the TokenizerManager hook) and the fleet's references (``server/refs.py``)
-all turn the scheduler's payload into their contract with these:
-
-* ``meta_of``: an output's ``meta_info`` dict, or None;
-* ``attach``: what was asked for into ``meta_info`` -- upstream's int32 field (``upstream_view``, base64),
-  the role-tagged record (wire form, or kept for a reference), or ``routing_error`` and neither;
-* ``refuse`` / ``unavailable``: ``routing_error``, the one way a request is told it has no rows;
-* ``count_served``: the served-records counters.
+The TokenizerManager hook (``patches/responses.py``) takes the scheduler's payload out of ``meta_info``;
+``build`` decodes it once and writes what the request asked for (``Asked``): the record's wire form,
+upstream's ``routed_experts``, or ``routing_error``; a record asked for by reference is returned for
+the fleet's store (``server/refs.py``).
 """
 
 from __future__ import annotations
 
-import contextvars
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pybase64  # SIMD base64 (a dependency of sglang), for long records
 
-from sglang_r3.capture.payload import CapturedRouting, RoutingUnavailable
+from sglang_r3.capture.payload import CapturedRouting, EncodedRouting, RoutingUnavailable
 from sglang_r3.layout import ModelLayout
 from sglang_r3.metrics import metrics
 from sglang_r3.record import RoutingRecord, bits_for
 
-# Set by our /generate while it awaits SGLang's outputs: it wants the payload itself (to build the
-# record it was asked for, off the event loop when long) rather than the contract every other consumer
-# gets from the TokenizerManager hook.
-NATIVE_ROUTING: contextvars.ContextVar = contextvars.ContextVar("sglang_r3_native_routing", default=False)
+# meta_info key of a payload the hook leaves for its route to build (never serialized).
+PARKED = "_sglang_r3_payload"
+# Attribute of an HTTP request's ``state``: what that request asked for (set by our /generate).
+_ASKED = "sglang_r3_asked"
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What one request's response carries: ``record`` ``"wire"`` (in ``routing``; msgpack-packed when
+    ``binary``) or ``"ref"`` (returned for the store), ``mtp`` its MTP section, ``upstream``
+    upstream's base64 int32 ``routed_experts``."""
+
+    record: Optional[str] = None
+    mtp: bool = False
+    upstream: bool = False
+    binary: bool = False
+
+
+# What every endpoint other than our /generate returns (OpenAI endpoints, ``sglang.Engine``).
+CONTRACT = Asked(record="wire", upstream=True)
+
+
+def ask(request: Any, asked: Asked) -> None:
+    """Send ``asked`` with the HTTP request: SGLang hands the same request object to the hook, which
+    then parks the payload for the route instead of building the contract on the event loop."""
+    setattr(request.state, _ASKED, asked)
+
+
+def asked_by(request: Any) -> Optional[Asked]:
+    state = getattr(request, "state", None)  # None: sglang.Engine
+    return getattr(state, _ASKED, None) if state is not None else None
 
 
 def meta_of(out: Any) -> Optional[Dict[str, Any]]:
@@ -36,9 +58,14 @@ def meta_of(out: Any) -> Optional[Dict[str, Any]]:
     return meta if isinstance(meta, dict) else None
 
 
-def outputs(ret: Any) -> List[Any]:
-    """The outputs of a response: a batch is a list, a single request one dict."""
-    return ret if isinstance(ret, list) else [ret]
+def unpark(ret: Any) -> List[Tuple[Dict[str, Any], EncodedRouting]]:
+    """Each output's ``meta_info`` with the payload parked in it (taken out), for a single output or a batch."""
+    parked = []
+    for out in ret if isinstance(ret, list) else (ret,):
+        meta = meta_of(out)
+        if meta is not None and PARKED in meta:
+            parked.append((meta, meta.pop(PARKED)))
+    return parked
 
 
 def upstream_view(captured: CapturedRouting, layout: ModelLayout) -> np.ndarray:
@@ -92,35 +119,26 @@ def count_served(form: str, nbytes: int) -> None:
         m.record_bytes.labels(form=form).inc(nbytes)
 
 
-def attach(
-    meta: Dict[str, Any],
-    captured: CapturedRouting,
-    layout: ModelLayout,
-    *,
-    upstream: bool,
-    record: Optional[str],
-    mtp: bool = False,
-    binary: bool = False,
-) -> Optional[RoutingRecord]:
-    """Put into ``meta`` what the request asked for: ``upstream`` -- upstream's base64 int32 field in
-    ``routed_experts``; ``record`` -- ``"wire"`` (the record's wire form in ``routing``, msgpack ids
-    bit-packed at ``bits_for(num_experts)`` bits when ``binary``) or ``"keep"`` (the record is returned,
-    for a reference, and nothing is put). A payload without rows puts only ``routing_error``.
-    Returns the record kept, else None."""
+def build(meta: Dict[str, Any], payload: EncodedRouting, asked: Asked, layout: ModelLayout) -> Optional[RoutingRecord]:
+    """The one pass: decode ``payload`` and write into ``meta`` what ``asked`` says -- ``routing`` (the
+    record's wire form) and/or ``routed_experts`` (upstream's field), or ``routing_error`` alone when the
+    payload has no rows. Returns the record when it was asked for by reference (the caller stores it)."""
+    captured = payload.decode()
     if captured.error is not None:
         refuse(meta, captured.error)
         return None
     kept = None
-    if record is not None:
-        rec = record_of(captured, layout, meta, with_mtp=mtp)
+    if asked.record is not None:
+        rec = record_of(captured, layout, meta, with_mtp=asked.mtp)
         if (m := metrics()) is not None:
             m.observe_load(rec, layout.num_experts)  # per-layer expert-load gauges (bounded rows)
-        if record == "keep":
+        if asked.record == "ref":
             kept = rec
         else:
+            binary = asked.binary
             meta["routing"] = rec.to_wire(binary=binary, pack_bits=bits_for(layout.num_experts) if binary else None)
             count_served("msgpack" if binary else "json", rec.experts.nbytes)
-    if upstream:
+    if asked.upstream:
         view = upstream_view(captured, layout)
         meta["routed_experts"] = pybase64.b64encode(view.tobytes()).decode("ascii")
         count_served("upstream", view.nbytes)

@@ -179,10 +179,10 @@ def test_a_direct_request_asks_for_a_handle_and_keeps_upstreams_field_and_msgpac
 
 
 def test_an_engine_without_a_record_store_refuses_a_request_for_a_handle_naming_the_field(monkeypatch):
-    from server import refs
     from server.request import RequestError, parse_routing_options
+    from sglang_r3 import settings
 
-    monkeypatch.delenv(refs.STORE_ENV, raising=False)
+    monkeypatch.setattr(settings, "current", lambda: settings.Settings())  # no record store set
     with pytest.raises(RequestError, match="record store") as e:
         parse_routing_options({"return_routing": {"ref": True}})
     assert e.value.field == "return_routing" and e.value.status == 400

@@ -13,17 +13,21 @@ import asyncio
 import json
 import pickle
 import threading
+import types
 
+import msgpack
 import numpy as np
 import pybase64
 import pytest
 
-from server.generate import respond_routed
+from server.generate import asked_of, respond_routed
 from server.schemas import RoutingOptions
 from server.wire import respond
-from sglang_r3.capture.payload import EncodedRouting, PayloadBytes, encode_payload
+from sglang_r3.capture.payload import PayloadBytes, encode_payload
 from sglang_r3.layout import LayerInfo, ModelLayout
+from sglang_r3.patches.responses import take_payload
 from sglang_r3.record import RoutingRecord, token_digest
+from sglang_r3.response import PARKED, ask, unpark
 
 pytestmark = pytest.mark.sglang
 
@@ -44,11 +48,20 @@ def _finished_output(rows: int, seed: int):
     return out, experts
 
 
-def _as_our_route_gets_it(out):
-    """The output as the TokenizerManager hook hands it to our /generate: the detokenizer's base64 still
-    encoded (``EncodedRouting``), to be decoded when the response is built."""
-    out["meta_info"]["routed_experts"] = EncodedRouting(out["meta_info"]["routed_experts"])
-    return out
+class _Request:
+    """What the hook reads of an HTTP request: its ``state``, where our /generate put what it asked for."""
+
+    def __init__(self):
+        self.state = types.SimpleNamespace()
+
+
+def _routed(out, asked, serialize=respond):
+    """The output through the TokenizerManager hook (the payload parked, still encoded, since the request
+    says what it asked for), then our /generate's response for it."""
+    request = _Request()
+    ask(request, asked)
+    out = take_payload(None, request, out)
+    return respond_routed(out, unpark(out), asked, LAYOUT, serialize=serialize)
 
 
 def _record(resp) -> RoutingRecord:
@@ -63,7 +76,7 @@ _BLOCKED_LOOP_GUARD_S = 120
 def test_the_event_loop_answers_another_request_while_a_long_records_response_is_being_built():
     long_out, long_experts = _finished_output(4095, 1)  # a 4k-token GLM-4.5 record: 2.9 MB of rows
     short_out, short_experts = _finished_output(2, 2)
-    opts = RoutingOptions.model_validate({"return_routing": True})
+    asked = asked_of(RoutingOptions.model_validate({"return_routing": True}), binary=False)
     order = []
 
     async def serve():
@@ -82,12 +95,12 @@ def test_the_event_loop_answers_another_request_while_a_long_records_response_is
 
         async def short_request():
             await long_building.wait()
-            resp = await respond_routed(_as_our_route_gets_it(short_out), opts, LAYOUT, False)
+            resp = await _routed(short_out, asked)
             order.append("short response: answered")
             short_answered.set()
             return resp
 
-        long_resp = respond_routed(_as_our_route_gets_it(long_out), opts, LAYOUT, False, serialize=serialize_long)
+        long_resp = _routed(long_out, asked, serialize=serialize_long)
         return await asyncio.gather(long_resp, short_request())
 
     long_resp, short_resp = asyncio.run(serve())
@@ -99,10 +112,10 @@ def test_the_event_loop_answers_another_request_while_a_long_records_response_is
 
 def test_responses_finishing_together_each_carry_their_own_scheduler_rows():
     outs = [_finished_output(rows, seed) for seed, rows in enumerate((4095, 16, 4095, 1))]
-    opts = RoutingOptions.model_validate({"return_routing": True})
+    asked = asked_of(RoutingOptions.model_validate({"return_routing": True}), binary=False)
 
     async def serve():
-        return await asyncio.gather(*(respond_routed(_as_our_route_gets_it(o), opts, LAYOUT, False) for o, _ in outs))
+        return await asyncio.gather(*(_routed(o, asked) for o, _ in outs))
 
     for resp, (_, experts) in zip(asyncio.run(serve()), outs):
         rec = _record(resp)
@@ -118,3 +131,42 @@ def test_the_payload_crosses_to_sglangs_detokenizer_as_bytes_it_encodes_unchange
     assert not hasattr(item, "storage")  # not a tensor: no tensor pickling on the way
     [b64] = DetokenizerManager._b64_encode_per_request([item])
     assert pybase64.b64decode(b64) == payload
+
+
+def test_a_request_that_did_not_say_gets_sglangs_contract_from_the_hook_itself(monkeypatch):
+    # The OpenAI endpoints' HTTP request (no state of ours) and sglang.Engine's (none): upstream's int32
+    # routed_experts and the record's JSON wire form, built where the output leaves the TokenizerManager.
+    import sglang_r3.patches.responses as hook
+
+    monkeypatch.setattr(hook, "served_layout", lambda tm: LAYOUT)
+    for request in (None, _Request()):
+        out, experts = _finished_output(6, 3)
+        meta = hook.take_payload(None, request, out)["meta_info"]
+        assert PARKED not in meta
+        assert np.array_equal(RoutingRecord.from_wire(meta["routing"]).experts, experts)
+        up = np.frombuffer(pybase64.b64decode(meta["routed_experts"]), dtype=np.int32).reshape(6, 92, 8)
+        assert np.array_equal(up[:, 3:], experts) and not up[:, :3].any()
+
+
+def test_a_record_asked_by_reference_goes_to_the_store_once_and_the_body_carries_only_its_handle(monkeypatch):
+    from server import refs
+    from sglang_r3.settings import StoreSettings
+
+    cfg = StoreSettings(store="r3-store-e0", namespace="ns", engine="e0", incarnation=3, ray_address="auto")
+    stored = []
+
+    async def put(c, rid, rec):
+        stored.append((rid, rec))
+        return {"ok": True}
+
+    monkeypatch.setattr(refs, "config", lambda: cfg)
+    monkeypatch.setattr(refs, "_put", put)
+    opts = RoutingOptions.model_validate({"return_routing": {"ref": True}, "return_routed_experts": True})
+    out, experts = _finished_output(5, 4)
+    meta = msgpack.unpackb(asyncio.run(_routed(out, asked_of(opts, binary=True))).body, raw=False)["meta_info"]
+    [(rid, rec)] = stored
+    assert rid == "r4" and np.array_equal(rec.experts, experts)
+    assert "routing" not in meta and PARKED not in meta and meta["routed_experts"]
+    assert meta["routing_ref"] == {"store": "r3-store-e0", "namespace": "ns", "engine": "e0", "incarnation": 3,
+                                   "rid": "r4", "start": 0, "num_tokens": 5, "weight_version": "default",
+                                   "tokens_digest": rec.tokens_digest}

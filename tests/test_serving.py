@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 
 import httpx
+import msgpack
 import numpy as np
 import pytest
 
 from sglang_r3.embedded import EMBEDDED_CONFIG
 from sglang_r3.layout import ModelLayout
+from sglang_r3.record import RoutingRecord
 from tests.routing_http import TIMEOUT, fetch_layout, flush_cache, full_ids, greedy, ids, record_of
 
 PROMPTS = ["The quick brown fox", "Routing replay keeps the policy ratio honest.", "abc"]
@@ -128,6 +131,30 @@ def test_upstream_field_alone_keeps_upstream_shape(url, layout):
     up = np.frombuffer(base64.b64decode(out["meta_info"]["routed_experts"]), dtype=np.int32)
     T = len(ids("slime path")) + len(out["output_ids"])
     assert up.size == (T - 1) * layout.num_hidden_layers * K
+
+
+@pytest.mark.parametrize("accept", ["application/json", "application/msgpack"])
+def test_a_stream_carries_the_record_and_upstreams_field_in_its_last_frame_only(url, layout, accept):
+    prompt = ids("streamed routing")
+    want = record_of(greedy(url, 6, input_ids=prompt, return_routing=True))
+    body = {"input_ids": prompt, "stream": True, "return_routing": True, "return_routed_experts": True,
+            "sampling_params": {"temperature": 0, "max_new_tokens": 6}}
+    r = httpx.post(url + "/generate", json=body, headers={"accept": accept}, timeout=TIMEOUT)
+    assert r.status_code == 200, r.text
+    if accept == "application/msgpack":
+        frames = list(msgpack.Unpacker(io.BytesIO(r.content), raw=False))
+    else:
+        events = [e for e in r.content.split(b"\n\n") if e]
+        assert events[-1] == b"data: [DONE]"
+        frames = [json.loads(e[len(b"data: "):]) for e in events[:-1]]
+    *head, last = frames
+    assert head and all(not {"routing", "routed_experts", "routing_error"} & set(f["meta_info"]) for f in head)
+    assert not [k for f in frames for k in f["meta_info"] if k.startswith("_")]  # nothing private leaks
+    rec = RoutingRecord.from_wire(last["meta_info"]["routing"])
+    np.testing.assert_array_equal(rec.experts, want.experts)
+    up = np.frombuffer(base64.b64decode(last["meta_info"]["routed_experts"]), dtype=np.int32)
+    up = up.reshape(-1, layout.num_hidden_layers, K)
+    np.testing.assert_array_equal(up[:, list(layout.moe_layer_ids), :], rec.experts.astype(np.int32))
 
 
 def test_no_routing_when_not_asked(url):

@@ -1,10 +1,8 @@
-"""The in-process payload that carries a finished request's routing from the scheduler to the HTTP layer.
+"""The payload that carries a finished request's routing from the scheduler to the HTTP process.
 
-SGLang ships ``req.routed_experts`` from the scheduler to its detokenizer (pickled, over ZMQ), which
-base64-encodes ``item.numpy().tobytes()`` on the way out. We put a small msgpack payload there as
-``PayloadBytes`` (bytes that answer ``.numpy()``), so main rows, their start and the MTP section travel
-through SGLang's existing plumbing unchanged; the HTTP layer turns it into the public record (and, if
-asked, upstream's int32 field: ``sglang_r3.response``).
+It rides in ``req.routed_experts`` through SGLang's own IPC and detokenizer unchanged (``PayloadBytes``:
+bytes that answer ``.numpy()``), so main rows, their start, the MTP section and the token digest need
+no channel of their own; ``sglang_r3.response`` turns it into the public record.
 """
 
 from __future__ import annotations
@@ -57,9 +55,17 @@ class PayloadBytes(bytes):
 @dataclass(frozen=True)
 class EncodedRouting:
     """A finished request's payload as the detokenizer sent it (base64 text, or the tensor itself),
-    not yet decoded: our /generate decodes it off the event loop, with the record it builds."""
+    not yet decoded: a long one is decoded off the event loop, with the record built from it."""
 
     raw: object
+
+    @property
+    def nbytes(self) -> int:
+        """Encoded size (what decoding and building it cost grows with)."""
+        raw = self.raw
+        if isinstance(raw, (str, bytes, bytearray)):
+            return len(raw)
+        return int(getattr(raw, "numel", lambda: 0)())
 
     def decode(self) -> CapturedRouting:
         raw = self.raw

@@ -1,24 +1,8 @@
-"""The record store of one engine: a long-lived Ray actor that owns finished routing records.
-
-Why an actor of its own: a Ray object lives as long as the process that put it, so the process that
-holds records must outlive them -- not the engine's HTTP process (it dies with the engine) and not a
-request handler. The fleet driver creates one named store per engine, on the engine's node; the
-engine's HTTP process hands every finished record to it (server/refs.py) and the response carries only
-a handle. Trainer ranks call ``take`` directly: the records come back as numpy arrays through Ray's
-object store (zero-copy on the same node) and never pass through the gateway or the driver.
-
-Bounds. At most ``max_records`` records and ``max_bytes`` of arrays. When full, a new record is
-*refused* (the request gets ``routing_error.code = "store_full"``, counted in ``refused_full``) rather
-than evicting an older one: a handle already handed out stays good until it is fetched or its TTL
-passes, and the sample that could not be stored is told so at once, while its rollout can still drop
-or resend it. Records leave when fetched (``take`` with release) or ``ttl_s`` after they were stored
-(``expired``). Both leave a bounded tombstone so a late handle says what happened to its record.
-
-Incarnations. Each (re)start of the engine gets a new incarnation number from ``new_incarnation``;
-the previous one is then dead: its records are dropped and its handles fail with
-``engine_restarted``. A put from a dead incarnation is refused. Request ids are SGLang's uuids, and a
-store answers only handles that name it, its engine and the incarnation the record was put under, so
-a handle can never resolve to another engine's rows.
+"""One engine's record store: a named Ray actor, because a Ray object lives only as long as the process
+that put it and records must outlive the engine's HTTP process. Trainer ranks ``take`` from it directly.
+Bounded by count, bytes and TTL; when full it refuses a new record (``store_full``) rather than evict
+one already handed out. A restart is a new incarnation: the old one's records are dropped and its
+handles fail (``engine_restarted``); a store answers only handles that name it, its engine and incarnation.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""Mount the rollout API on SGLang 0.5.23's FastAPI app.
-
-Our ``/generate`` must win over SGLang's, so SGLang's route is removed and
-ours inserted at the same place; every other SGLang route stays as it is. The
-router is handed in by the entry points (``use_routes``: our launcher and the
-plugin entry point, ``sglang_r3.plugin``): the adapter never imports the server
-that sits on top of it.
+"""Mount the rollout API on SGLang's FastAPI app: our ``/generate`` replaces SGLang's at the same
+place, every other route stays. The entry points hand the router in (``use_routes``), so the adapter
+never imports the server above it.
 """
 
 from __future__ import annotations
-
 
 from typing import Any, Callable, Optional
 
