@@ -1,20 +1,8 @@
-"""A model config's routing-relevant values, as the config class SGLang builds resolves them.
+"""A config's routing-relevant values as the config class SGLang builds resolves them (``view_of``).
 
-The same model reaches us spelled several ways: the hub's config.json, the file transformers 5
-``save_pretrained`` writes for it (attribute-mapped names such as Qwen3-MoE's ``num_local_experts``,
-every default written out, ``rope_theta`` folded into ``rope_parameters``), a megatron-bridge export
-(which saves through the same config class), or the config object SGLang itself holds
-(``model_config.hf_config``). SGLang reads all of them through the config class, so a layout rule
-or a fingerprint that read raw keys would see different models where SGLang sees one.
-
-``view_of(config)`` resolves any of those into one canonical view: attribute-map aliases renamed to
-the names the class stores, absent keys given the class's defaults, the values its ``__post_init__``
-derives derived, RoPE settings folded into one ``rope_parameters`` dict, integral floats written as
-ints. It needs no transformers: the family registry (``sglang_r3.families``, ``Facts``) holds what the config
-classes of transformers 5.19 (and SGLang 0.5.23's own, for Qwen3-Next/3.5 and Step-3.5) say, and tests/test_config_view.py checks that table
-against the installed classes and that the view of a raw file equals the view of the object
-transformers and SGLang build from it. A trainer without transformers and a server with it
-therefore compute the same view, whatever transformers version the trainer has.
+The hub's config.json, transformers' ``save_pretrained``, a megatron-bridge export and SGLang's own config
+object spell one model differently; read through the class's aliases, defaults and derivations (from the
+family registry's ``Facts``, no transformers needed) they give one view, hence one fingerprint.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""The layout of a model's layers, by role, from its HF config.
-
-Every decoder layer is ``dense`` or ``moe``; every MTP/NextN layer is ``mtp``
-with a 1-based ``depth`` (and ``num_experts``/``topk`` > 0 when it is MoE).
-Layer ids follow the HF checkpoint: decoder layers ``0..L-1``, MTP depth
-``d`` at ``L + d - 1``. The fingerprint hashes this structure and the
-``config_digest`` (every routing-relevant value of the config as its class
-resolves it, see ``sglang_r3.config_view``), so a record can prove which model it
-belongs to: two configs of the same shape that route differently get different
-fingerprints, and one model spelled two ways (the hub's config.json, a
-transformers-5 ``save_pretrained``, a megatron-bridge export, the config object
-SGLang holds) gets one.
+"""The layout of a model's layers by role (``dense``/``moe``/``mtp`` with depth), from its HF config through
+its family's rule. Ids follow the checkpoint: decoder ``0..L-1``, MTP depth ``d`` at ``L + d - 1``. The
+fingerprint hashes the structure and every routing-relevant config value (``config_view``), so a record
+proves which model it belongs to, however the config was spelled.
 """
 
 from __future__ import annotations

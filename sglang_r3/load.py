@@ -1,17 +1,5 @@
-"""Expert load from routing records: per MoE layer, how many routed slots each expert received.
-
-numpy only (no torch, no SGLang): it runs in a trainer image, in the server's HTTP process (the
-``--enable-metrics`` load-imbalance gauges) and in ``python -m sglang_r3.report``.
-
-For a batch of rows ``[tokens, layers, topk]`` (a record's ``experts``; a row gives each of its
-``topk`` experts one slot), per layer:
-
-* ``counts[e]``: slots routed to expert ``e`` (sums to tokens x topk);
-* ``max_over_mean``: the busiest expert's load over the mean load (1 = perfectly balanced; with
-  expert parallelism the busiest expert sets the step time);
-* ``cv``: coefficient of variation, population std / mean of ``counts``;
-* ``entropy_bits`` of the load distribution ``counts / sum`` and ``entropy_norm`` = that over
-  log2(num_experts) (1 = uniform, 0 = one expert takes everything).
+"""Expert load from routing records, per MoE layer: counts, max/mean, coefficient of variation, entropy.
+numpy only, so it runs in a trainer image, in the server's ``/metrics`` gauges and in the report tool.
 """
 
 from __future__ import annotations

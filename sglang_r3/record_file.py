@@ -1,13 +1,6 @@
-"""Routing records on disk: one file holds a batch, with the layout they belong to when known.
-
-Form (``.r3``, written by ``save_records``): a stream of msgpack objects --
-first a header ``{"format": "sglang_r3.records", "version": 1, "layout": ModelLayout.to_dict() | None}``,
-then one ``RoutingRecord.to_wire(binary=True)`` dict per record (ids bit-packed when the layout
-says how many experts there are). Records stream in one at a time, so a file may be larger than memory.
-
-Also read (``load_records``), so that what a server answered can be fed in as it is:
-a JSON file holding one wire record, a list of them, ``{"layout": ..., "records": [...]}``, or the
-JSON body of ``POST /generate`` (one output or a list: each ``meta_info.routing`` is taken).
+"""Routing records on disk: the ``.r3`` form (a msgpack stream: a header with the layout, then one wire record
+each, so a file may be larger than memory), and JSON read too (wire records or ``/generate`` bodies as a
+server answered them).
 """
 
 from __future__ import annotations

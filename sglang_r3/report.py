@@ -1,13 +1,5 @@
-"""``python -m sglang_r3.report``: expert load of a batch of routing records.
-
-    python -m sglang_r3.report batch.r3 more.json --png load.png
-    python -m sglang_r3.report --server http://127.0.0.1:30000 --prompts 64 --png load.png --save batch.r3
-
-Records come from files (``sglang_r3.record_file``: the ``.r3`` msgpack form ``save_records`` writes,
-or JSON -- wire records or ``/generate`` bodies) or straight from a running server (``--server``,
-through ``sglang_r3.client``). Prints the per-layer table (``sglang_r3.load``) and, with ``--png``,
-draws a layers x experts heatmap of each expert's load over its layer's mean (matplotlib). A
-progress bar runs over large batches when tqdm is installed.
+"""``python -m sglang_r3.report RECORDS... | --server URL [--png load.png]``: expert load of a batch of routing
+records, per layer, and a layers x experts heatmap.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
-"""The capturer: main-model MoE routing per KV slot, in compact dtype.
+"""Main-model MoE routing per KV slot, in compact dtype.
 
-Lifecycle of one row: the MoE router of main layer ``l`` picks top-k ids for
-the tokens of a target forward -> ``capture(l, ids)`` stages them at
-``[token, row(l)]`` -> ``on_forward_end`` scatters the staged rows into the
-host buffer at each token's KV slot and marks those slots written -> at
-request finish ``rows_for_slots`` gathers the request's slots. Keying by KV
-slot is what makes prefix-cache hits and speculative verify correct for free:
-a slot's row is written by the forward that computed that slot's KV, and only
-accepted tokens keep slots.
-
-Fail closed: every forward that computes KV for a slot either writes that
-slot's row (all MoE columns captured) or clears the slot's ``written`` mark
-(capture off, or a column missing). A request whose slots are not all marked
-gets no rows at all, never a zero or a previous occupant's row.
-
-GPU discipline: the staging buffer is sized once from the server's limits
-(CUDA graphs keep writing into the storage they were captured with, so it is
-never replaced; a bigger forward raises). Under SGLang's overlap scheduler
-(``no_copy_to_cpu``) the device->host copy is deferred to the result-copy
-stream through a ``DeferredRows`` holder, as upstream's ``TopkCaptureOutput``.
+Rows are keyed by KV slot, so prefix-cache hits and speculative verify are right for free: a slot's row is
+written by the forward that computed its KV. Fail closed: a forward writes every MoE column of a slot or
+clears its mark, and a request with an unmarked slot gets no rows. The staging buffer is sized once (CUDA
+graphs keep its storage); under the overlap scheduler the host copy is deferred (``DeferredRows``).
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
-"""MTP-draft routing, kept apart from main rows.
-
-Draft forwards route tokens the target has not verified yet, so their routing
-can never be replayed as main routing. It is kept per request (keyed by the
-request's ``req_pool_idx``) as a list of entries, each one routed token of
-one draft forward:
-
-* ``step 0``: a draft-extend forward over verified tokens (after prefill or
-  after a verify) -- the routed token is part of the sequence;
-* ``step i >= 1``: the i-th draft-decode forward of a speculation round, whose
-  input is the i-th drafted token. Its ``accepted`` flag is resolved when the
-  round's verify reports how many drafts were accepted.
-
-Multi-layer MTP (``MultiLayerEagleWorkerV2``, ``chain=True``): every draft forward is a draft-extend of
-MTP layer ``depth`` over a request's verified window (``valid`` rows: the prompt chunk, or the accepted
-tokens after a verify). Row ``i`` of depth ``d`` routes the token at position ``positions[i] + d``; the
-last ``d - 1`` rows route tokens the chain drafted from this window, so row ``i``'s step is
-``max(0, i + d - valid)``: step 0 routes verified tokens only, step ``s >= 1`` routes the s-th draft of
-the next speculation round and is resolved by that round's verify.
-
-Storage: one packed record array per request, grown geometrically. A decode
-step files one entry per request, so a Python object per filed slice would cost
-many times the entry's own bytes for as long as the request lives.
+"""MTP-draft routing, kept apart from main rows: drafts route tokens the target has not verified, so they are
+never replayed as main routing. Per request, one packed array of entries (position, depth, step, round,
+accepted), grown geometrically: a Python object per decode step would cost more than the entry.
+``chain=True`` is multi-layer MTP, where row ``i`` of depth ``d`` routes the token at ``p + d`` (step
+``max(0, i + d - valid)``).
 """
 
 from __future__ import annotations

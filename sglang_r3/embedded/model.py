@@ -1,21 +1,7 @@
-"""Build the embedded default model once, from a fixed seed, into the cache.
-
-A GLM-4.5-shaped MoE (``Glm4MoeForCausalLM``): layer 0 dense, layers 1..3 MoE
-with 16 routed experts (top-4) and one shared expert, plus one NextN/MTP layer
-(MoE). Random weights would make a useless draft model (no draft is ever
-accepted), so the weights are *constructed*:
-
-* The residual stream is dominated by the current token's embedding ``E[x]``;
-  attention and MLP/MoE blocks add a bounded, context-dependent part, so
-  routing depends on context but never flips the prediction.
-* ``lm_head`` maps ``E[x]`` to ``succ(x)`` where ``succ`` is a fixed
-  permutation of the byte tokens (never a special token, so generations run
-  to ``max_new_tokens``).
-* The MTP layer's ``eh_proj`` passes the *next* token's normalised embedding
-  through, so the draft predicts ``succ(next)`` -- what the target will
-  predict -- and drafts are accepted.
-
-Everything is float32 so speculative and non-speculative runs agree exactly.
+"""The embedded default model, built once from a fixed seed into the cache: a GLM-4.5-shaped MoE (layer 0
+dense, 1..3 MoE with 16 experts top-4 and a shared expert, one NextN MTP layer), float32 so speculative and
+plain runs agree exactly. Its weights are constructed, not random, so that routing depends on context and
+MTP drafts are accepted (``lm_head`` maps a token to a fixed successor; ``eh_proj`` passes the next token).
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
-"""Install sglang-r3's capturer into SGLang 0.5.23 in place of upstream's.
-
-Hooks (all through SGLang's HookRegistry, applied when SGLang loads plugins):
-
-* ``ModelRunner.init_routed_experts_capturer`` -- the target runner gets a
-  ``RoutingCapturer`` (upstream's pins host memory with cudaHostRegister and
-  crashes on CPU); a draft runner gets its MoE routers checked (and, for MTP
-  capture, attached to the draft capturer), failing start-up if any draft
-  router could write main rows.
-* ``layers.moe.topk.capture_routed_experts_if_allowed`` -- the single capture
-  site: routers SGLang allows go to main rows, draft routers to the MTP section.
-* ``SchedulerBatchResultProcessor._maybe_collect_routed_experts`` -- at request
-  finish, gather the request's rows into the transport payload.
-* ``SchedulerInternalStateController.get_internal_state`` -- expose capture
-  counters (read by ``GET /routing/stats``).
+"""Our capturer in SGLang 0.5.23 in place of upstream's (whose host buffer needs cudaHostRegister): the target
+runner gets a ``RoutingCapturer``, draft runners their routers checked and attached to the MTP capturer, the
+single capture site routes main and draft routers apart, request finish gathers rows into the payload, and
+the counters reach ``/routing/stats``.
 """
 
 from __future__ import annotations

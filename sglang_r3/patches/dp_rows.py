@@ -1,16 +1,7 @@
-"""This scheduler's rows of a router's top-k when the router does not route only this scheduler's batch.
-
-* DP attention (no all-to-all): every MoE layer routes the tokens of all DP ranks gathered into one
-  buffer, rank ``r``'s tokens at ``sum(padded[:r])`` (``dp_attention._DpGatheredBufferWrapper``; SUM_LEN
-  and MAX_LEN padding and CUDA-graph capture all publish their layout there before the forward).
-  This rank's rows are that window: read from host ints at capture time, so no device->host sync, and
-  a CUDA graph records the window of the shape it was captured for.
-* DeepEP (``--moe-a2a-backend deepep``) with attention-TP > 1: a router sees only this attention-TP
-  rank's share of the local batch; the shares are all-gathered across attention-TP ranks first, as
-  upstream's ``RoutedExpertsCapturer.capture`` does, into a buffer allocated once.
-
-A router whose token count is not the gathered length of this forward gets no rows (``None``): the
-forward's rows are then invalidated, never filed from the wrong window.
+"""This scheduler's rows of a router's top-k when the router routes more than this scheduler's batch: under DP
+attention the window of the gathered batch SGLang published for the forward (host ints: no device sync; a
+CUDA graph records its own), with DeepEP and attention-TP > 1 the shares all-gathered as upstream does. A
+router whose token count is not the gathered length gets ``None``, and the forward's rows are invalidated.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
-"""Wire MTP-draft capture into SGLang 0.5.23's EAGLE v2 worker.
-
-* The draft ModelRunner's ``forward`` runs under the capturer's draft guard
-  (any main-row write from inside it raises and is counted), then files the
-  staged draft routing per request.
-* ``EagleDraftWorker.draft`` numbers the draft-decode forwards of a round
-  (step 1..S-1); draft-extend forwards are step 0.
-* ``EAGLEWorkerV2.forward_batch_generation`` resolves the round's drafts as
-  accepted or rejected from the verify's ``accept_lens``.
-* ``ReqToTokenPool.free_rows`` drops draft entries of a freed request slot (finished requests
-  were collected before; aborted and retracted ones never are).
-
-Multi-layer MTP (``MultiLayerEagleWorkerV2``, SGLang's choice for Step-3.5): one draft ModelRunner per
-draft step, runner ``i`` (``draft_model_idx``) holding MTP layer ``i + 1``, and no draft-decode forwards:
-each round is the verify, then one draft-extend forward per depth over the verified window, whose last
-rows draft the next round. Every runner's forward is guarded and filed as its depth (``chain``: steps
-per row, ``capture/draft.py``); ``MultiLayerEagleWorkerV2.forward_batch_generation`` resolves, with its
-verify's ``accept_lens``, the drafts filed before it (those filed by its own draft-extend wait for the
-next verify); a prefill chunk drops the unresolved drafts of the chunk before it (never verified).
+"""MTP-draft capture wired into SGLang 0.5.23's EAGLE v2 workers: draft forwards run under the draft guard and
+file their routing; draft-decode forwards are numbered; the verify's ``accept_lens`` resolve the round's
+drafts; a freed request row drops its entries. Multi-layer MTP (one draft runner per depth, draft-extend
+only) files each runner as its depth and resolves drafts at the next verify.
 """
 
 from __future__ import annotations

@@ -1,33 +1,7 @@
-"""Refuse, in the TokenizerManager, every request field that would crash SGLang.
-
-SGLang 0.5.23 forwards several request fields unchecked, and some kill the scheduler (and
-with it the whole server; upstream has the same holes): a token id outside the vocabulary or
-negative (IndexError in the embedding), a prompt that tokenizes to nothing (a 0-token MoE
-forward), ``top_logprobs_num`` beyond the vocabulary (``topk``), ``stop_token_ids`` outside the
-vocabulary (``scatter_add_`` in the min-new-tokens penalizer), ``top_k`` / ``min_new_tokens``
-beyond int32 (tensor overflow), a per-request field that is a list where the scheduler compares
-a number, ``token_indices_to_pool`` on a prompt served from the radix cache. Others kill the
-TokenizerManager's output loop (a string ``received_time``) or are a 500 (a ``rid`` list for one
-prompt, lone surrogates that the tokenizer cannot encode, an invalid ``stop_regex``).
-
-Hooks (HookRegistry):
-
-* ``TokenizerManager._validate_one_request`` (AROUND) -- runs once per prompt (batches
-  are already split) for every entry point: ``/generate``, ``/v1/completions``,
-  ``/v1/chat/completions`` and the in-process ``sglang.Engine``. A ``ValueError`` raised
-  here is a 400 for HTTP clients (inside the 200 stream for ``"stream": true``, as SGLang
-  does) and the exception itself for Engine callers.
-* ``GenerateReqInput.normalize_batch_and_arguments`` and ``GenerateReqInput.__getitem__``
-  (AROUND) -- the fields SGLang normally fills in itself, and batch shape: ``n``, empty
-  batches, per-prompt lists whose length does not match the batch. These two only reshape
-  the request, so any error they raise is the request's fault and becomes a ``ValueError``
-  (a 400, not a 500).
-
-Messages name the field and the index, e.g.
-``input_ids[3] = 99999999 is outside the vocabulary [0, 151552)``; in a batch the prompt's
-index comes first (``input_ids[1][3]``). The id check is O(len(input_ids)) in numpy; ids a fast HF
-tokenizer produced from the request's text skip it when that tokenizer's largest id is inside the
-vocabulary (``tokenizer_max_id``).
+"""Refuse in the TokenizerManager every request field that would crash SGLang 0.5.23's scheduler or output
+loop (ids outside the vocabulary, ``top_logprobs_num`` beyond it, int32 overflows, mismatched batch lists,
+...): a 400 naming the field and index, for every entry point (``/generate``, ``/v1/*``, ``sglang.Engine``).
+Ids a fast HF tokenizer produced from the request's own text skip the O(n) check when its largest id fits.
 """
 
 from __future__ import annotations

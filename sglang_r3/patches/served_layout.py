@@ -1,18 +1,7 @@
-"""The routers of the model SGLang built, read from its module tree, and the check that they are the layout's.
-
-``routers_of(model)`` reads every ``TopK`` router SGLang instantiated (its ``layer_id``, its routed top-k:
-``topk_config.top_k`` less the fused shared-expert columns it appends) and the ``FusedMoE`` experts of the
-same layer (``num_experts`` less ``num_fused_shared_experts``; or, where a MoE block keeps its experts as a
-``ModuleList`` of expert MLPs beside its ``topk`` router, as AFMoE does, their number): what a routing
-record's rows are written from. ``check_main`` / ``check_draft`` compare them with the layout the config's family rule gives
-(``sglang_r3.families``) and raise ``LayoutMismatch`` naming the architecture and the first layer that does
-not fit, so start-up refuses a model whose routing the layout would mislabel. tests/test_sweep.py runs the
-same reading on every MoE architecture of SGLang's registry.
-
-Ids that are not plain experts: a fused shared expert's column (``num_fused_shared_experts``) is the same
-every token and is not a routing choice -- the capturer keeps the routed ``topk`` columns only; a router whose
-ids can reach past its experts (LongCat-Flash's zero-computation experts) has no rule
-(``families``: refused by name).
+"""The routers of the model SGLang built, read from its module tree (each ``TopK``'s layer id and routed top-k,
+fused shared-expert columns apart; the layer's ``FusedMoE`` experts), and the start-up check that they are
+the layout's: a mismatch names the architecture and the first layer that does not fit. The registry sweep
+(tests/test_sweep.py) reads every MoE architecture the same way.
 """
 
 from __future__ import annotations

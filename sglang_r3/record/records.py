@@ -1,21 +1,7 @@
-"""Routing records: what the server returns per request and the trainer replays; their wire forms.
-
-A record holds the main model's MoE routing as an array
-``experts[num_tokens, len(layers), topk]`` (row ``i`` is the routing of token
-``start + i`` as input), tagged with the layout fingerprint it belongs to. The
-optional ``mtp`` section holds MTP-draft routing, kept apart so it can never be
-mistaken for main rows.
-
-Two identity fields tie a record to what produced it: ``weight_version``
-(SGLang's weight version string at generation time) and ``tokens_digest``
-(``token_digest`` of the sample's full token sequence, prompt + completion). A
-row count alone cannot tell two samples of equal length apart; the digest can.
-
-Two wire forms of the same dict: JSON (arrays as base64) and msgpack (arrays
-as raw bytes). The binary form may also bit-pack expert ids at
-``bits_for(num_experts)`` bits each (7 bits for 128 experts instead of 8),
-signalled by ``"packing": {"bits": b}`` next to ``experts``; ``from_wire``
-reads both. The JSON form never packs: its contract is plain uint8/uint16.
+"""Routing records: main MoE routing ``experts[tokens, layers, topk]`` tagged with the layout fingerprint, the
+weight version and the digest of the sample's tokens (a row count cannot tell two samples apart; the digest
+can), MTP-draft routing in its own section. Two wire forms of one dict: JSON (base64, never packed) and
+msgpack (raw bytes, or ids bit-packed at ``bits_for(num_experts)`` bits).
 """
 
 from __future__ import annotations
