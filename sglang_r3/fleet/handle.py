@@ -14,14 +14,6 @@ from sglang_r3 import settings
 from sglang_r3.codes import HANDLE_ERROR_CODES
 from sglang_r3.record import RecordError
 
-# The engine actor (fleet/engine.py) tells its launcher's HTTP process where its record store is and which
-# engine incarnation it is (settings.StoreSettings); these names are the settings' own, kept for server/refs.py.
-STORE_ENV = settings.RECORD_STORE
-NAMESPACE_ENV = settings.RAY_NAMESPACE
-ENGINE_ENV = settings.ENGINE_ID
-INCARNATION_ENV = settings.ENGINE_INCARNATION
-RAY_ADDRESS_ENV = settings.RAY_ADDRESS
-
 NAMESPACE = settings.DEFAULT_NAMESPACE  # Ray namespace of every fleet's named actors
 
 
