@@ -854,6 +854,14 @@ _MIMO_V2_REFUSAL = (
     "proven for it: the checkpoint's MTP layout is not what SGLang builds"
 )
 
+_LLAMA4_TEXT_ONLY_REFUSAL = (
+    "SGLang 0.5.23 serves it with llama4.py, which loads q_proj / k_proj as the checkpoint holds them (llama.py "
+    "load_weights) and rotates half-split (neox) pairs, while transformers' Llama 4 rotates interleaved pairs: "
+    "SGLang's Llama4ForConditionalGeneration converts the weights at load (mllama4.py "
+    "permute_qk_weight_for_rotary), its Llama4ForCausalLM does not, so a transformers checkpoint is served as another "
+    "model and routes otherwise (tests/test_families.py); serve the Llama4ForConditionalGeneration checkpoint"
+)
+
 # --- the registry ------------------------------------------------------------------------------------------
 
 FAMILIES: Tuple[Family, ...] = (
@@ -890,8 +898,9 @@ FAMILIES: Tuple[Family, ...] = (
     # gpt_oss.py: every decoder layer GptOssSparseMoeBlock (TopK over num_local_experts, renormalized after
     # top-k); attention sinks and alternating sliding windows change the hidden states, not which layers route.
     Family("gpt-oss", {"GptOssForCausalLM": "gpt_oss"}, {"gpt_oss": _GPT_OSS}, _every_layer_moe),
-    Family("Llama 4", {"Llama4ForCausalLM": "llama4_text", "Llama4ForConditionalGeneration": "llama4"},
+    Family("Llama 4", {"Llama4ForConditionalGeneration": "llama4"},
            {"llama4_text": _LLAMA4_TEXT}, _llama4, text_model_types={"llama4": "llama4_text"}),
+    Family("Llama 4 text-only", {"Llama4ForCausalLM": "llama4_text"}, refusal=_LLAMA4_TEXT_ONLY_REFUSAL),
     # qwen3_vl_moe.py builds its language model from qwen3_moe.py's decoder layers: every layer MoE.
     Family("Qwen3-VL-MoE (text)", {"Qwen3VLMoeForConditionalGeneration": "qwen3_vl_moe"},
            {"qwen3_vl_moe_text": _QWEN3_VL_MOE_TEXT}, _qwen_moe, text_model_types={"qwen3_vl_moe": "qwen3_vl_moe_text"}),

@@ -37,10 +37,34 @@ class Family:
     # Scale of the router weights: large enough that top-k gaps dwarf fp32 rounding differences
     # between two implementations (a tie broken differently is not a routing difference).
     router_std: float = 1.0
+    bias_std: float = 0.1  # the selection bias of routers that have one (e_score_correction_bias)
     # NextN MTP layers appended to the checkpoint as DeepSeek publishes them (model.layers.{L}.*);
     # transformers builds none (it skips those tensors when loading).
     mtp_layers: int = 0
+    # transformers' config -> (experts, top-k) of its routers (the spelling differs between classes).
+    experts_topk: Callable[[Any], tuple] = field(default=lambda c: (c.num_local_experts, c.num_experts_per_tok))
+    # transformers' model -> its decoder layers (multimodal wrappers keep the text model deeper).
+    layers_of: Callable[[Any], List[Any]] = field(default=lambda m: list(m.model.layers))
+    # A decoder layer -> its MLP (dense or MoE block).
+    mlp_of: Callable[[Any], Any] = field(default=lambda layer: layer.mlp)
+    # Routers whose output is neither (.., indices) nor route_tokens_to_experts': MoE block -> (router module,
+    # its forward output -> [tokens, topk] ids, read from what transformers returned).
+    router_ids: Optional[Callable[[Any], tuple]] = None
+    # Parameters (name suffixes) drawn N(0, 1) and rounded to bfloat16: SGLang keeps them in bfloat16 whatever
+    # --dtype says (gpt-oss's attention sinks), so the checkpoint's values are ones both sides hold exactly.
+    bf16_params: tuple = ()
+    # Not served on the CPU runtime: what the launcher exits with ("": served); tests/test_families.py checks it.
+    not_served: str = ""
+    # Files a published checkpoint ships beside the weights that SGLang reads at start-up (checkpoint folder -> None).
+    extra_files: Optional[Callable[[Path], None]] = None
+    # Multimodal wrappers: the text model's keyword dict (``config`` above) -> the wrapper config's keywords.
+    wrap: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None
 
+
+_LLAMA4_TEXT = dict(_TINY, head_dim=16, intermediate_size=32, intermediate_size_mlp=128, num_hidden_layers=4,
+                   num_local_experts=8, num_experts_per_tok=1, interleave_moe_layer_step=2, use_qk_norm=True,
+                   attention_chunk_size=256, no_rope_layer_interval=4, attn_temperature_tuning=True,
+                   floor_scale=8192, attn_scale=0.1)
 
 FAMILIES: Dict[str, Family] = {
     # GLM-4.5: layer 0 dense (first_k_dense_replace), sigmoid scores with a correction bias, shared expert.
@@ -91,12 +115,116 @@ FAMILIES: Dict[str, Family] = {
         router_std=0.4,  # sigmoid scores off saturation: choices move from token to token
         mtp_layers=1,
     ),
+    # GLM-5: GLM-4.7-Flash's MLA + MoE with a DSA indexer (index_topk 2048, longer than every test sequence: its
+    # sparse attention attends to every token). Not served on CPU: see tests/test_families.py.
+    "glm_moe_dsa": Family(
+        "glm_moe_dsa", "GlmMoeDsaConfig", "GlmMoeDsaForCausalLM",
+        dict(_TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+             n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
+             n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=32, kv_lora_rank=32,
+             qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, index_topk=2048, index_head_dim=32,
+             index_n_heads=4, num_nextn_predict_layers=0,
+             rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+                           "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
+        router_std=0.4,
+        not_served="Found no NVIDIA driver",  # handle_model_specific_adjustments: torch.cuda.get_device_capability()
+    ),
     "olmoe": Family(
         "olmoe", "OlmoeConfig", "OlmoeForCausalLM",
         dict(_TINY, num_key_value_heads=4, intermediate_size=32, num_hidden_layers=2, num_experts=8, num_experts_per_tok=2,
              norm_topk_prob=False),
     ),
+    # ERNIE-4.5-MoE: softmax scores, top-k chosen on scores + a correction bias (moe_statics), renormalized;
+    # layer 0 dense (moe_layer_start_index), the last layer dense too (moe_layer_end_index), one shared expert.
+    "ernie4_5_moe": Family(
+        "ernie4_5_moe", "Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM",
+        dict(_TINY, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=4, moe_num_experts=8, moe_k=2,
+             moe_num_shared_experts=1, moe_layer_start_index=1, moe_layer_end_index=2, moe_layer_interval=1,
+             use_bias=False),
+        router_std=0.15, bias_std=0.02,  # softmax scores spread out, the bias moves some choices
+        experts_topk=lambda c: (c.moe_num_experts, c.moe_k),
+    ),
+    # Llama 4 as published (Llama4ForConditionalGeneration: a one-layer vision tower, text-only prompts): MoE every
+    # 2nd layer (interleave_moe_layer_step), top-1 with a sigmoid weight on the expert input, a shared expert;
+    # chunked attention on RoPE layers (chunk longer than every test sequence), every 4th layer NoPE with
+    # temperature tuning, q/k L2 norm. The MoE block is layer.feed_forward, its router .router.
+    "llama4": Family(
+        "llama4", "Llama4Config", "Llama4ForConditionalGeneration", _LLAMA4_TEXT,
+        wrap=lambda text: dict(
+            text_config=text, tie_word_embeddings=False, image_token_index=287,
+            vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                               vision_output_dim=64, image_size=28, patch_size=14, projector_input_dim=64,
+                               projector_output_dim=64, pixel_shuffle_ratio=0.5)),
+        layers_of=lambda m: list(m.language_model.model.layers),
+        experts_topk=lambda c: (c.text_config.num_local_experts, c.text_config.num_experts_per_tok),
+        mlp_of=lambda layer: layer.feed_forward,
+        is_moe_module=lambda ff: hasattr(ff, "router") and hasattr(ff, "experts"),
+        router_ids=lambda ff: (ff.router, _llama4_router_ids(ff.router.top_k)),
+    ),
+    # gpt-oss: every layer MoE (softmax over the top-k logits, router bias), clamped SwiGLU experts with biases;
+    # attention sinks, layers alternating sliding window (8 tokens, shorter than every test sequence) / full.
+    # Not served on CPU: see tests/test_families.py.
+    "gpt_oss": Family(
+        "gpt_oss", "GptOssConfig", "GptOssForCausalLM",
+        dict(_TINY, head_dim=16, intermediate_size=32, num_hidden_layers=2, num_local_experts=8, num_experts_per_tok=2,
+             sliding_window=8, layer_types=["sliding_attention", "full_attention"], attention_bias=True,
+             rope_parameters={"rope_type": "default", "rope_theta": 150000.0}),
+        is_moe_module=lambda mlp: hasattr(mlp, "router") and hasattr(mlp, "experts"),
+        router_ids=lambda mlp: (mlp.router, lambda out: out[-1]),
+        bf16_params=("sinks",),
+        not_served="GptOssForCausalLM requires one of",  # handle_model_specific_adjustments: torch_native refused
+    ),
+    # The same text model as transformers' Llama4ForCausalLM saves it: refused at start-up (not served).
+    "llama4_text": Family(
+        "llama4_text", "Llama4TextConfig", "Llama4ForCausalLM", _LLAMA4_TEXT,
+        mlp_of=lambda layer: layer.feed_forward,
+        is_moe_module=lambda ff: hasattr(ff, "router") and hasattr(ff, "experts"),
+        router_ids=lambda ff: (ff.router, _llama4_router_ids(ff.router.top_k)),
+        not_served="Llama4ForCausalLM",  # refused by its layout rule (sglang_r3/families.py)
+    ),
+    # Qwen3-VL-MoE, text routing: the multimodal checkpoint (a one-block vision tower, processor configs), text-only
+    # prompts; softmax top-k in every text layer, interleaved M-RoPE. Not served: see tests/test_families.py.
+    "qwen3_vl_moe": Family(
+        "qwen3_vl_moe", "Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration",
+        dict(_TINY, head_dim=16, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2, num_experts=8,
+             num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
+             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2],
+                              "mrope_interleaved": True}),
+        wrap=lambda text: dict(
+            text_config=text, tie_word_embeddings=False,
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16,
+                               spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=text["hidden_size"],
+                               num_position_embeddings=64, deepstack_visual_indexes=[])),
+        layers_of=lambda m: list(m.model.language_model.layers),
+        experts_topk=lambda c: (c.text_config.num_experts, c.text_config.num_experts_per_tok),
+        extra_files=lambda folder: _qwen_vl_processors(folder, patch_size=16, merge_size=2, temporal_patch_size=2),
+        not_served="No processor registered for architecture: ['Qwen3VLMoeForConditionalGeneration']",
+    ),
 }
+
+
+def _qwen_vl_processors(folder: Path, **sizes) -> None:
+    """The image and video processor configs a Qwen3-VL checkpoint ships (SGLang builds its processor from
+    them at start-up, text-only prompts included)."""
+    import transformers
+
+    transformers.Qwen2VLImageProcessor(**sizes).save_pretrained(str(folder))
+    transformers.Qwen3VLVideoProcessor(**sizes).save_pretrained(str(folder))
+
+
+def _llama4_router_ids(k: int):
+    """Llama4Router returns (scores, logits): scores are sigmoid(top-k logits) scattered into -inf, i.e. 0
+    everywhere but at the ids it chose. The ids are the scores' k non-zero columns."""
+
+    def ids(out):
+        import torch
+
+        scores = out[0]
+        chosen = torch.topk(scores, k, dim=-1).indices
+        assert bool((torch.gather(scores, -1, chosen) > 0).all()) and int((scores != 0).sum()) == chosen.numel()
+        return chosen
+
+    return ids
 
 
 def build(family: Family, out: Optional[Path] = None) -> Path:
@@ -106,7 +234,8 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
 
     key = hashlib.sha256(
         json.dumps([family.name, family.config_class, family.config, family.seed, family.router_std,
-                    transformers.__version__], sort_keys=True).encode()
+                    transformers.__version__] + ([family.bias_std] if family.bias_std != 0.1 else [])
+                   + (["extra_files"] if family.extra_files else []), sort_keys=True).encode()
     ).hexdigest()[:12]
     out = out or cache_root() / "families" / f"{family.name}-{key}"
     if (out / "config.json").is_file():
@@ -118,23 +247,35 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
     special = dict(eos_token_id=NUM_BYTE_TOKENS, pad_token_id=NUM_BYTE_TOKENS, bos_token_id=None)
     L = family.config["num_hidden_layers"]
     # With MTP: a model one layer deeper, whose last decoder layer becomes the MTP block's layer.
-    cfg = config_class(**{**family.config, "num_hidden_layers": L + family.mtp_layers}, **special)
+    cfg = config_class(**_keywords(family, {**family.config, "num_hidden_layers": L + family.mtp_layers}, special))
     torch.manual_seed(family.seed)
     model = getattr(transformers, family.model_class)(cfg).to(torch.float32).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(".gate.weight") or name.endswith("router.weight"):
                 p.normal_(0.0, family.router_std)
+            elif name.endswith("e_score_correction_bias"):  # a parameter in ERNIE-4.5's moe_statics
+                p.normal_(0.0, family.bias_std)
+            elif name.endswith(family.bf16_params or ("\0",)):
+                p.copy_(torch.randn_like(p).to(torch.bfloat16).to(p.dtype))
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):  # sigmoid routers' selection bias (GLM, DeepSeek-V3)
-                b.normal_(0.0, 0.1)
+                b.normal_(0.0, family.bias_std)
     model.save_pretrained(str(tmp))
     if family.mtp_layers:
-        _keep_last_layers_as_mtp(tmp, config_class(**family.config, **special), family)
+        _keep_last_layers_as_mtp(tmp, config_class(**_keywords(family, family.config, special)), family)
     write_tokenizer(tmp)
+    if family.extra_files is not None:
+        family.extra_files(tmp)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
+
+
+def _keywords(family: Family, text: Dict[str, Any], special: Dict[str, Any]) -> Dict[str, Any]:
+    if family.wrap is None:
+        return {**text, **special}
+    return {**family.wrap({**text, **special}), **special}
 
 
 def _keep_last_layers_as_mtp(folder: Path, main_config, family: Family) -> None:
@@ -172,38 +313,52 @@ def load_transformers(path: Path):
     import torch
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    (arch,) = json.loads((path / "config.json").read_text())["architectures"]
+    model = getattr(transformers, arch).from_pretrained(str(path), dtype=torch.float32)
     return model.eval()
 
 
+def family_of_model(model) -> Family:
+    return next(f for f in FAMILIES.values() if f.model_class == type(model).__name__)
+
+
 def decoder_layers(model) -> List[Any]:
-    return list(model.model.layers)
+    return family_of_model(model).layers_of(model)
 
 
 def dense_or_moe(model) -> List[str]:
     """transformers' module tree, per decoder layer: 'moe' where the MLP has a router and experts."""
-    fam = next(f for f in FAMILIES.values() if f.model_class == type(model).__name__)
-    return ["moe" if fam.is_moe_module(layer.mlp) else "dense" for layer in decoder_layers(model)]
+    fam = family_of_model(model)
+    return ["moe" if fam.is_moe_module(fam.mlp_of(layer)) else "dense" for layer in decoder_layers(model)]
 
 
 class RouterTrace:
     """Forward hooks on transformers' own routers: the top-k expert ids each MoE layer chose per token.
 
-    Families route in one of two places: a router module whose forward returns (logits, scores,
-    indices) (Qwen3-MoE, Mixtral, OLMoE: ``mlp.gate``), or the MoE block's ``route_tokens_to_experts``
-    that turns the gate's logits into (indices, weights) (GLM-4.5, DeepSeek-V3: grouping and the
-    correction bias live there). Both are transformers' own code; we only read their outputs.
+    Families route in one of three places: a router module whose forward returns (logits, scores,
+    indices) (Qwen3-MoE, Mixtral, OLMoE, ERNIE-4.5, Qwen3-VL-MoE: ``mlp.gate``), the MoE block's
+    ``route_tokens_to_experts`` that turns the gate's logits into (indices, weights) (GLM-4.5, DeepSeek-V3:
+    grouping and the correction bias live there), or a router the family names (``Family.router_ids``:
+    Llama 4's ``feed_forward.router``, whose scores are non-zero at the chosen ids only; gpt-oss's
+    ``mlp.router``). All are transformers' own code; we only read their outputs.
     """
 
     def __init__(self, model):
         self.model = model
         self.rows: Dict[int, List[np.ndarray]] = {}
         self._undo: List[Callable[[], None]] = []
+        fam = family_of_model(model)
         for i, layer in enumerate(decoder_layers(model)):
-            mlp = layer.mlp
-            if hasattr(mlp, "route_tokens_to_experts"):
+            mlp = fam.mlp_of(layer)
+            if not fam.is_moe_module(mlp):
+                continue
+            if fam.router_ids is not None:
+                router, ids = fam.router_ids(mlp)
+                h = router.register_forward_hook(lambda m, a, out, i=i, ids=ids: self._record(i, ids(out)))
+                self._undo.append(h.remove)
+            elif hasattr(mlp, "route_tokens_to_experts"):
                 self._wrap_method(i, mlp)
-            elif hasattr(mlp, "gate") and hasattr(mlp, "experts"):
+            else:
                 h = mlp.gate.register_forward_hook(self._module_hook(i))
                 self._undo.append(h.remove)
 
@@ -255,12 +410,13 @@ MTP_FLAGS = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
              "--speculative-num-draft-tokens", "4"]
 
 # server name -> (family, extra flags): every family plain, and DeepSeek-V3 again with MTP speculation on.
-SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in FAMILIES}, "deepseek_v3_mtp": ("deepseek_v3", MTP_FLAGS),
+SERVED = [n for n, f in FAMILIES.items() if not f.not_served]
+SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": ("deepseek_v3", MTP_FLAGS),
                               # GLM-4.7-Flash: one server, MTP speculation on (its main rows against transformers)
                               "glm4_moe_lite": ("glm4_moe_lite", MTP_FLAGS)}
 # Servers that run together (a test compares them); one group at a time: an idle CPU server holds
 # ~2-3 GB of host memory, and the suite's own servers run alongside.
-GROUPS: Dict[str, List[str]] = {n: [n] for n in FAMILIES}
+GROUPS: Dict[str, List[str]] = {n: [n] for n in SERVED}
 GROUPS["deepseek_v3"] = ["deepseek_v3", "deepseek_v3_mtp"]
 
 

@@ -9,16 +9,44 @@ DeepSeek-V3 (MLA, YaRN, grouped top-k, one NextN layer) runs exactly once the CP
 over the decompressed k/v in its MHA prefill (sglang_r3/patches/cpu/mla.py); it is served twice, MTP
 speculation off and on. GLM-4.7-Flash (MLA through the same path, one NextN layer) is served once, with MTP
 speculation on: its main rows must be transformers' (which never speculates), so spec on = off.
+ERNIE-4.5-MoE (softmax top-k on scores + moe_statics bias, dense first and last layers) is served as saved.
+Llama 4 is served as published, ``Llama4ForConditionalGeneration`` (one-layer vision tower, text prompts):
+MoE every 2nd layer, top-1 weighing the expert input, NoPE every 4th layer, q/k norm; the CPU runtime runs its
+attention as CUDA does and its input-weighted top-1 experts (sglang_r3/patches/cpu/llama4.py).
 
 Families that do not run here, and why (SGLang 0.5.23, torch_native attention, CPU):
+- Llama 4 text-only checkpoints (``Llama4ForCausalLM``): refused at start-up by their layout rule. Served,
+  their rows differed from transformers' (12 of 106 greedy pairs): SGLang's llama4.py loads q/k_proj as saved and
+  rotates half-split pairs, transformers rotates interleaved ones; only mllama4.py (Llama4ForConditionalGeneration)
+  permutes the weights at load (``permute_qk_weight_for_rotary``) -- and that served checkpoint matches.
+- GLM-5 (``GlmMoeDsaForCausalLM``, DSA): start-up stops in SGLang's server-arg resolution,
+  ``arg_groups/model_hook.py handle_model_specific_adjustments``, which for a DSA model on a non-XPU platform
+  calls ``torch.cuda.get_device_capability()`` ("Found no NVIDIA driver"). Past it, the DSA backend needs its
+  DSATokenToKVPool (fp8 index keys) and the indexer's CUDA kernels (deep_gemm / sgl_kernel ``fp8_mqa_logits``;
+  dsa_indexer.py asserts "q_fp8 must be on an indexed CUDA device"): no CPU path (code reading).
+- gpt-oss (``GptOssForCausalLM``): start-up stops in the same ``handle_model_specific_adjustments``: it asserts
+  the attention backend is one of triton / trtllm_mha / fa3 / fa4 / ascend / intel_amx / intel_xpu / aiter
+  (torch_native "has neither sliding window nor attention sinks", its comment; intel_amx needs AMX, which this CPU
+  lacks), and SGLang then picks the triton_kernels MoE runner for it. TorchNativeAttnBackend's forward_extend /
+  forward_decode take no ``sinks`` keyword either.
+- Qwen3-VL-MoE (``Qwen3VLMoeForConditionalGeneration``, text routing; checkpoint with its image and video
+  processor configs): start-up stops in ``TokenizerManager.init_tokenizer_and_processor`` -> ``get_mm_processor``
+  ("No processor registered for architecture"): its processor module, sglang.srt.multimodal.processors.qwen_vl,
+  imports models/qwen3_5.py, which on CPU reads ``torch.ops.sgl_kernel.fused_sigmoid_mul_cpu`` (and
+  ``fused_qk_gemma_rmsnorm*_cpu``) at import; the CPU sgl_kernel has none, so the module is skipped ("Ignore import
+  error"). ``--language-model-only``, which skips the processor, is refused for this architecture
+  (``handle_language_model_only``: DeepSeek-V4 / Cosmos-3 / MuseGlimmer only).
+  (tests: ``test_families_not_served_on_cpu_stop_where_the_docstring_says`` checks each of these four stops.)
 - Qwen3.5-MoE (and Qwen3.5 MTP): SGLang's model modules do not import on CPU (``sgl_kernel`` has no
   ``fused_sigmoid_mul_cpu``; logged as "Ignore import error when loading sglang.srt.models.qwen3_5").
 - Qwen3-Next: its gated-delta-net linear attention runs FLA Triton kernels (code reading, not run).
 - Qwen2-MoE: does not start, a Triton path (issue 18's report, not rerun).
-- GPT-OSS: attention sinks, which TorchNativeAttnBackend does not take (code reading, not run).
 - MiniMax-M2: its QK norm (minimax_m2.py ``rms_sumsq_serial``) asserts CUDA tensors; served without it
   (``use_qk_norm`` unset, SGLang's default) its rows differ from transformers', which always normalises q and
   k -- which is why the layout rule refuses a config without ``use_qk_norm: true`` (run, then removed).
+- MiMo-V2-Flash: refused at start-up by its family entry (sglang_r3/families.py): SGLang builds its layers from
+  per-layer lists transformers' MiMoV2FlashConfig ignores, and its 3 dense MTP layers are served as one draft
+  layer or by multi-layer EAGLE, unproven for it -- so there is no checkpoint both sides read alike to serve.
 """
 
 from __future__ import annotations
@@ -73,7 +101,7 @@ def test_layout_roles_are_transformers_module_tree(served, oracles):
         (model.config.num_hidden_layers + d, d + 1) for d in range(FAMILIES[name].mtp_layers)
     ]
     for l in layout.moe_layers + layout.mtp_layers:
-        assert (l.num_experts, l.topk) == (model.config.num_local_experts, model.config.num_experts_per_tok)
+        assert (l.num_experts, l.topk) == tuple(FAMILIES[name].experts_topk(model.config))
     # The trainer reading the checkpoint's config.json (as save_pretrained spelled it) agrees, fingerprint too.
     if name == "qwen3_moe":  # the spelling that used to stop the scheduler ("missing 'num_experts'")
         saved = json.loads((build(FAMILIES[name]) / "config.json").read_text())
@@ -140,6 +168,28 @@ def test_qwen_mlp_only_layers_stay_refused_at_start_up():
     finally:
         server.stop()
     assert "SGLang builds every Qwen3MoeForCausalLM layer as MoE" in str(info.value)
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize("name", sorted(n for n, f in FAMILIES.items() if f.not_served))
+def test_families_not_served_on_cpu_stop_where_the_docstring_says(name):
+    # Each family this module does not serve stops our launcher at start-up with the reason stated above (before
+    # a model loads: a few seconds after SGLang imports), so the statement is checked, not remembered.
+    from tests.families import SERVE_FLAGS
+    from tests.servers import ServerProcess
+
+    fam = FAMILIES[name]
+    path = build(fam)
+    if name == "llama4_text":
+        with pytest.raises(LayoutError, match="Llama4ForCausalLM.*permute_qk_weight_for_rotary"):
+            layout_from_model_path(str(path))
+    server = ServerProcess(["--model-path", str(path), *SERVE_FLAGS]).start()
+    try:
+        with pytest.raises(RuntimeError, match="server exited") as info:
+            server.wait_ready()
+    finally:
+        server.stop()
+    assert fam.not_served in str(info.value)
 
 
 def _check_mtp_section(tokens, mtp):

@@ -160,6 +160,13 @@ MANIFEST: Tuple[Touch, ...] = (
           "(group_ranks, local_rank, backend, use_pynccl=None, use_custom_allreduce=None, "
           "use_message_queue_broadcaster=False, group_name=None, use_mscclpp=None, "
           "use_torch_symm_mem_allreduce=None, recovered_rank=False, rank_offset=0, max_world_size=None)"),
+    Touch("sglang.srt.models.llama4.Llama4Attention.forward", "hook:around",
+          "CPU only: Llama 4 attention with RoPE's returned q/k and a float32 QK norm (its non-CUDA branch drops "
+          "the rotation, which CUDA applies in place, and casts q/k to bfloat16)",
+          "(self, positions, hidden_states, forward_batch)"),
+    Touch("sglang.srt.layers.moe.fused_moe_native.moe_forward_native", "hook:around",
+          "CPU only: top-1 experts that weigh their input (Llama 4's apply_router_weight_on_input), which it refuses",
+          "(layer, x, topk_output, moe_runner_config)"),
     Touch(f"{_TNA}.get_cpu_graph_seq_len_fill_value", "adds",
           "CPU only: the padded-row sequence length DP-attention padding asks for (1, as Intel AMX's); "
           "start-up stops if SGLang defines it itself"),

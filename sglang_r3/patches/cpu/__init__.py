@@ -10,7 +10,10 @@
    draft backend (DRAFT_EXTEND_V2 already works through the stock extend path).
 3. cuda_shims: torch.cuda.synchronize/empty_cache are no-ops without CUDA; host pools are not
    page-locked (upstream's routed-experts host buffer runs on CPU then).
-4. ranks: more than one rank (TP, DP attention) on CPU: process groups without pynccl, and the
+4. llama4 (HookRegistry AROUND): Llama4Attention.forward uses RoPE's returned q/k and a float32 QK norm
+   (its non-CUDA branch drops the rotation and casts q/k to bfloat16); moe_forward_native runs top-1
+   experts that weigh their input (apply_router_weight_on_input), which it refused.
+5. ranks: more than one rank (TP, DP attention) on CPU: process groups without pynccl, and the
    padded-row fill value the DP-attention MLP-sync padding asks torch_native for.
 Everything is skipped when CUDA is available; installing twice is a no-op.
 """
@@ -42,12 +45,12 @@ def install_cpu_patches() -> None:
     from sglang_r3.patches.hooks import register
     from sglang_r3.patches.cpu.cuda_shims import install_cuda_shims, install_host_alloc_shim
     from sglang_r3.patches.cpu.spec_ops import register_spec_ops
-    from sglang_r3.patches.cpu import ranks
+    from sglang_r3.patches.cpu import llama4, ranks
 
     install_cuda_shims()
     install_host_alloc_shim()
     added = register_spec_ops()
-    for target, hook in HOOKS + ranks.HOOKS:
+    for target, hook in HOOKS + ranks.HOOKS + llama4.HOOKS:
         register(target, hook, HookType.AROUND)  # binds or names the target (patches/hooks.py)
     ranks.add_seq_len_fill_value()
     # Inside load_plugins() SGLang applies registered hooks right after all
