@@ -41,6 +41,10 @@ class Family:
     # NextN MTP layers appended to the checkpoint as DeepSeek publishes them (model.layers.{L}.*);
     # transformers builds none (it skips those tensors when loading).
     mtp_layers: int = 0
+    # How the checkpoint carries them: "nextn" (DeepSeek/GLM: model.layers.{L+d}.* plus enorm/hnorm/eh_proj) or
+    # "ernie" (ERNIE-4.5: model.mtp_block.{d}.* -- a dense decoder layer -- and mtp_emb_norm / mtp_hidden_norm /
+    # mtp_linear_proj, as SGLang's ernie4_eagle.py loads them).
+    mtp_format: str = "nextn"
     # transformers' config -> (experts, top-k) of its routers (the spelling differs between classes).
     experts_topk: Callable[[Any], tuple] = field(default=lambda c: (c.num_local_experts, c.num_experts_per_tok))
     # transformers' model -> its decoder layers (multimodal wrappers keep the text model deeper).
@@ -140,9 +144,10 @@ FAMILIES: Dict[str, Family] = {
         "ernie4_5_moe", "Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM",
         dict(_TINY, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=4, moe_num_experts=8, moe_k=2,
              moe_num_shared_experts=1, moe_layer_start_index=1, moe_layer_end_index=2, moe_layer_interval=1,
-             use_bias=False),
+             use_bias=False, num_nextn_predict_layers=1),
         router_std=0.15, bias_std=0.02,  # softmax scores spread out, the bias moves some choices
         experts_topk=lambda c: (c.moe_num_experts, c.moe_k),
+        mtp_layers=1, mtp_format="ernie", seed=1,  # one dense MTP layer (it routes nothing: the draft's section stays empty)
     ),
     # Llama 4 as published (Llama4ForConditionalGeneration: a one-layer vision tower, text-only prompts): MoE every
     # 2nd layer (interleave_moe_layer_step), top-1 with a sigmoid weight on the expert input, a shared expert;
@@ -246,8 +251,9 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
     config_class = getattr(transformers, family.config_class)
     special = dict(eos_token_id=NUM_BYTE_TOKENS, pad_token_id=NUM_BYTE_TOKENS, bos_token_id=None)
     L = family.config["num_hidden_layers"]
-    # With MTP: a model one layer deeper, whose last decoder layer becomes the MTP block's layer.
-    cfg = config_class(**_keywords(family, {**family.config, "num_hidden_layers": L + family.mtp_layers}, special))
+    # With NextN MTP: a model one layer deeper, whose last decoder layer becomes the MTP block's layer.
+    nextn = family.mtp_layers if family.mtp_format == "nextn" else 0
+    cfg = config_class(**_keywords(family, {**family.config, "num_hidden_layers": L + nextn}, special))
     torch.manual_seed(family.seed)
     model = getattr(transformers, family.model_class)(cfg).to(torch.float32).eval()
     with torch.no_grad():
@@ -262,8 +268,10 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
             if name.endswith("e_score_correction_bias"):  # sigmoid routers' selection bias (GLM, DeepSeek-V3)
                 b.normal_(0.0, family.bias_std)
     model.save_pretrained(str(tmp))
-    if family.mtp_layers:
+    if nextn:
         _keep_last_layers_as_mtp(tmp, config_class(**_keywords(family, family.config, special)), family)
+    elif family.mtp_layers:
+        _append_ernie_mtp(tmp, cfg, family)
     write_tokenizer(tmp)
     if family.extra_files is not None:
         family.extra_files(tmp)
@@ -276,6 +284,32 @@ def _keywords(family: Family, text: Dict[str, Any], special: Dict[str, Any]) -> 
     if family.wrap is None:
         return {**text, **special}
     return {**family.wrap({**text, **special}), **special}
+
+
+def _append_ernie_mtp(folder: Path, config, family: Family) -> None:
+    """ERNIE-4.5's MTP layers as its checkpoints carry them: per depth d, ``model.mtp_block.{d}.*`` (a dense
+    decoder layer; here layer 0's tensors, dense by moe_layer_start_index, perturbed) and the norms and the
+    projection of [embedding; hidden] that feed it. The projection passes the hidden half on and the block
+    adds little, so the draft guesses close to the main model and some drafts are accepted."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    (shard,) = folder.glob("*.safetensors")
+    tensors = load_file(str(shard))
+    H = config.hidden_size
+    gen = torch.Generator().manual_seed(family.seed + 1)
+    for d in range(family.mtp_layers):
+        for k, v in list(tensors.items()):
+            if k.startswith("model.layers.0."):
+                noise = torch.randn(v.shape, generator=gen) * 0.02 if v.dim() > 1 else 0.0
+                scale = 0.1 if k.endswith(("o_proj.weight", "down_proj.weight")) else 1.0
+                tensors[k.replace("model.layers.0.", f"model.mtp_block.{d}.")] = ((v + noise) * scale).contiguous()
+        tensors[f"model.mtp_emb_norm.{d}.weight"] = torch.ones(H)
+        tensors[f"model.mtp_hidden_norm.{d}.weight"] = torch.ones(H)
+        proj = torch.randn(H, 2 * H, generator=gen) * 0.01
+        proj[:, H:] += torch.eye(H)
+        tensors[f"model.mtp_linear_proj.{d}.weight"] = proj
+    save_file(tensors, str(shard), metadata={"format": "pt"})
 
 
 def _keep_last_layers_as_mtp(folder: Path, main_config, family: Family) -> None:
@@ -413,7 +447,9 @@ MTP_FLAGS = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
 SERVED = [n for n, f in FAMILIES.items() if not f.not_served]
 SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": ("deepseek_v3", MTP_FLAGS),
                               # GLM-4.7-Flash: one server, MTP speculation on (its main rows against transformers)
-                              "glm4_moe_lite": ("glm4_moe_lite", MTP_FLAGS)}
+                              "glm4_moe_lite": ("glm4_moe_lite", MTP_FLAGS),
+                              # ERNIE-4.5: one server, MTP speculation on (its dense MTP layer drafts)
+                              "ernie4_5_moe": ("ernie4_5_moe", MTP_FLAGS)}
 # Servers that run together (a test compares them); one group at a time: an idle CPU server holds
 # ~2-3 GB of host memory, and the suite's own servers run alongside.
 GROUPS: Dict[str, List[str]] = {n: [n] for n in SERVED}

@@ -9,7 +9,9 @@ DeepSeek-V3 (MLA, YaRN, grouped top-k, one NextN layer) runs exactly once the CP
 over the decompressed k/v in its MHA prefill (sglang_r3/patches/cpu/mla.py); it is served twice, MTP
 speculation off and on. GLM-4.7-Flash (MLA through the same path, one NextN layer) is served once, with MTP
 speculation on: its main rows must be transformers' (which never speculates), so spec on = off.
-ERNIE-4.5-MoE (softmax top-k on scores + moe_statics bias, dense first and last layers) is served as saved.
+ERNIE-4.5-MoE (softmax top-k on scores + moe_statics bias, dense first and last layers) is served once, with MTP
+speculation on (its dense MTP layer in ERNIE's checkpoint layout drafts; some drafts are accepted): main rows must
+be transformers', so spec on = off.
 Llama 4 is served as published, ``Llama4ForConditionalGeneration`` (one-layer vision tower, text prompts):
 MoE every 2nd layer, top-1 weighing the expert input, NoPE every 4th layer, q/k norm; the CPU runtime runs its
 attention as CUDA does and its input-weighted top-1 experts (sglang_r3/patches/cpu/llama4.py).
@@ -100,7 +102,7 @@ def test_layout_roles_are_transformers_module_tree(served, oracles):
     assert [(l.id, l.depth) for l in layout.mtp_layers] == [
         (model.config.num_hidden_layers + d, d + 1) for d in range(FAMILIES[name].mtp_layers)
     ]
-    for l in layout.moe_layers + layout.mtp_layers:
+    for l in layout.moe_layers + tuple(m for m in layout.mtp_layers if m.num_experts):  # ERNIE's MTP is dense
         assert (l.num_experts, l.topk) == tuple(FAMILIES[name].experts_topk(model.config))
     # The trainer reading the checkpoint's config.json (as save_pretrained spelled it) agrees, fingerprint too.
     if name == "qwen3_moe":  # the spelling that used to stop the scheduler ("missing 'num_experts'")
