@@ -581,8 +581,10 @@ def test_llama4_interleaved_moe_top1_and_moe_layers_that_disagree_refused():
     scout = layout_from_hf_config({**maverick, "text_config": {**text, "num_local_experts": 16,
                                                                "interleave_moe_layer_step": 1}})
     assert scout.moe_layer_ids == tuple(range(48))
-    text_only = layout_from_hf_config({**text, "architectures": ["Llama4ForCausalLM"]})
-    assert text_only.moe_layer_ids == layout.moe_layer_ids
+    # A text-only Llama4ForCausalLM checkpoint is refused: SGLang's llama4.py loads q/k_proj without the
+    # RoPE permutation mllama4.py applies, so served rows differed from transformers' (tests/test_families.py).
+    with pytest.raises(LayoutError, match="Llama4ForCausalLM"):
+        layout_from_hf_config({**text, "architectures": ["Llama4ForCausalLM"]})
     # transformers' moe_layers, when given, must be SGLang's interleave
     assert layout_from_hf_config({**maverick, "text_config": {**text, "moe_layers": list(range(1, 48, 2))}}) == layout
     with pytest.raises(LayoutError, match="moe_layers=.*interleave_moe_layer_step=2"):
