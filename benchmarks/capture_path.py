@@ -5,7 +5,7 @@ forward-end scatter of the staged rows into the host buffer at the batch's KV sl
 path, ``no_copy_to_cpu=False``; on CPU there is no device and the device->host copies are no-ops).
 
 * ours: ``RoutingCapturer.capture(layer_id, ids)`` for each of the MoE layers, then
-  ``RoutingCapturer.on_forward_end(batch)`` (sglang_r3/capture/capturer.py): staging uint8
+  ``RoutingCapturer.on_forward_end(batch)`` (sglang_r3/serving/capture/capturer.py): staging uint8
   ``[max_tokens, n_moe, topk]``, host uint8 ``[slots, n_moe, topk]`` + a ``written`` mark per slot.
 * upstream: SGLang 0.5.23's own ``BaseTopkCapturer.capture`` / ``.on_forward_end`` and ``BaseDeviceCache``
   (sglang/srt/state_capturer/base.py), called unbound on an object holding a real ``BaseDeviceCache``
@@ -28,7 +28,7 @@ import torch
 
 from benchmarks.shapes import GLM45, Shape, random_topk
 from benchmarks.stats import bootstrap_ci, ratio_ci
-from sglang_r3.capture.capturer import RoutingCapturer
+from sglang_r3.serving.capture.capturer import RoutingCapturer
 
 SIZES = (1, 32, 256, 8192)
 

@@ -29,8 +29,8 @@ import torch
 
 from benchmarks.shapes import GLM45, Shape, synthetic_record, upstream_routed_experts
 from benchmarks.stats import worst_speedup
-from sglang_r3.layout import ModelLayout
-from sglang_r3.record import RoutingRecord, bits_for, token_digest
+from sglang_r3.core.layout import ModelLayout
+from sglang_r3.core.record import RoutingRecord, bits_for, token_digest
 
 
 def keep_freed_memory() -> None:
@@ -161,9 +161,9 @@ class _Replay:
 
 
 def ours_slime_rows(records: List[RoutingRecord], tokens: List[torch.Tensor], layout: ModelLayout) -> List[torch.Tensor]:
-    """sglang_r3/integrations/slime.py layer_rows (what fill_routing_replay records, without the model):
+    """sglang_r3/trainer/slime.py layer_rows (what fill_routing_replay records, without the model):
     check_record per sample, pack_rows, one compact block per layer."""
-    from sglang_r3.integrations.slime import layer_rows
+    from sglang_r3.trainer.slime import layer_rows
     from sglang_r3.trainer.packing import TokenLayout
 
     rows, _ = layer_rows(records, tokens, layout, TokenLayout(), layout.moe_layer_ids)

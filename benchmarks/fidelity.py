@@ -86,7 +86,7 @@ def server(kind: str, url: Optional[str]) -> Iterator[str]:
 
 
 def generate(url: str, n: int, new_tokens: int, seed: int, mtp: bool = False) -> List[Any]:
-    from sglang_r3.client import RoutingClient
+    from sglang_r3.trainer.client import RoutingClient
 
     out = []
     with RoutingClient(url, timeout=600) as client:

@@ -29,9 +29,9 @@ import httpx
 import orjson
 
 from benchmarks.shapes import GLM45, synthetic_record
-from sglang_r3.fleet import Fleet, FleetConfig, RecordHandle, fetch
-from sglang_r3.fleet.store import RecordStore, StoreBounds, encode_record
-from sglang_r3.record import token_digest
+from sglang_r3.serving.fleet import Fleet, FleetConfig, RecordHandle, fetch
+from sglang_r3.serving.fleet.store import RecordStore, StoreBounds, encode_record
+from sglang_r3.core.record import token_digest
 
 RESULTS = Path(__file__).parent / "results" / "fleet.json"
 TIMEOUT = httpx.Timeout(300.0)

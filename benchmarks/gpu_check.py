@@ -1,7 +1,7 @@
 """``python -m benchmarks.gpu_check``: the GPU-path properties CPU tests can only pin by structure, on CUDA.
 
 Runs on a bare GPU host with torch, numpy and msgpack (plus the small wheels pybase64 -- which
-sglang_r3.capture's transport imports -- and megatron-core for the replay check); it imports no
+sglang_r3.serving.capture's transport imports -- and megatron-core for the replay check); it imports no
 SGLang. One line per check (``PASS``/``FAIL name: what was seen``), exit status 1 if any failed,
 about a minute on one GPU. On a machine without CUDA it says so and exits 0, claiming nothing.
 
@@ -62,7 +62,7 @@ def _require(ok: bool, what: str) -> None:
 
 
 def _layout():
-    from sglang_r3.layout import LayerInfo, ModelLayout
+    from sglang_r3.core.layout import LayerInfo, ModelLayout
 
     return ModelLayout("Glm4MoeForCausalLM", 4, (
         LayerInfo(0, "dense"), *(LayerInfo(i, "moe", None, E, K) for i in (1, 2, 3)), LayerInfo(4, "mtp", 1, E, K)))
@@ -95,7 +95,7 @@ def _routers_forward(weights: List[torch.Tensor], x: torch.Tensor, capture: Call
 
 
 def check_routing_capturer_cuda_graph(device: torch.device) -> str:
-    from sglang_r3.capture.capturer import RoutingCapturer
+    from sglang_r3.serving.capture.capturer import RoutingCapturer
 
     if device.type != "cuda":
         return "skip (CUDA graphs need CUDA)"
@@ -138,8 +138,8 @@ def check_routing_capturer_cuda_graph(device: torch.device) -> str:
 
 def check_dp_window_cuda_graph(device: torch.device) -> str:
     """DP attention: the routers route two ranks' tokens gathered; rank 1 captures its window, inside a graph."""
-    from sglang_r3.capture.capturer import RoutingCapturer
-    from sglang_r3.patches.dp_rows import dp_window
+    from sglang_r3.serving.capture.capturer import RoutingCapturer
+    from sglang_r3.serving.patches.dp_rows import dp_window
 
     n = 24  # tokens per rank, as a decode graph of 24 records them (MAX_LEN: every rank at the graph's size)
 
@@ -190,7 +190,7 @@ def check_dp_window_cuda_graph(device: torch.device) -> str:
 
 
 def check_draft_capturer_cuda_graph(device: torch.device) -> str:
-    from sglang_r3.capture.draft import DraftCapturer
+    from sglang_r3.serving.capture.draft import DraftCapturer
 
     if device.type != "cuda":
         return "skip (CUDA graphs need CUDA)"
@@ -248,7 +248,7 @@ def _d2h(t: torch.Tensor) -> torch.Tensor:
 
 
 def check_deferred_copy_side_stream(device: torch.device) -> str:
-    from sglang_r3.capture.capturer import RoutingCapturer
+    from sglang_r3.serving.capture.capturer import RoutingCapturer
 
     sync = RoutingCapturer(_layout(), SLOTS, MAX_TOKENS, device=device)
     deferred = RoutingCapturer(_layout(), SLOTS, MAX_TOKENS, device=device)
@@ -294,7 +294,7 @@ def check_deferred_copy_side_stream(device: torch.device) -> str:
 
 
 def check_pinned_host_rows(device: torch.device) -> str:
-    from sglang_r3.capture.capturer import RoutingCapturer
+    from sglang_r3.serving.capture.capturer import RoutingCapturer
 
     if device.type != "cuda":
         return "skip (pinned memory needs CUDA)"
@@ -417,7 +417,7 @@ class _RouterSyncGuard:
 def check_replay_filler_megatron_cuda(device: torch.device) -> str:
     from megatron.core.transformer.moe.router import TopKRouter
 
-    from sglang_r3.record import RoutingRecord, token_digest
+    from sglang_r3.core.record import RoutingRecord, token_digest
     from sglang_r3.trainer import ReplayFiller
 
     _init_megatron(device)

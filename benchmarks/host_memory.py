@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from benchmarks.shapes import SHAPES, Shape
-from sglang_r3.capture.capturer import RoutingCapturer, torch_dtype_for
-from sglang_r3.capture.draft import DraftCapturer
-from sglang_r3.layout import ModelLayout
+from sglang_r3.serving.capture.capturer import RoutingCapturer, torch_dtype_for
+from sglang_r3.serving.capture.draft import DraftCapturer
+from sglang_r3.core.layout import ModelLayout
 
 
 def upstream_bytes_per_slot(num_hidden_layers: int, topk: int) -> int:

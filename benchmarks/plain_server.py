@@ -1,13 +1,13 @@
 """``python -m benchmarks.plain_server [flags]``: the capture-overhead baseline -- SGLang with R3 not installed.
 
 It launches SGLang's own ``run_server`` with exactly the argv our launcher resolves
-(``sglang_r3.launch_server.resolve_argv``: embedded model, dtype, speculative flags, CPU flags such as
+(``sglang_r3.serving.launch.resolve_argv``: embedded model, dtype, speculative flags, CPU flags such as
 ``--sleep-on-idle``) minus ``--enable-return-routed-experts``, so SGLang builds no capturer at all and no
 sglang-r3 patch is installed: no capture hooks, no draft wrappers, no response hooks, no routes.
 ``SGLANG_R3_ENABLED`` stays unset, so our SGLang plugin is inert in every process.
 
 On a CPU-only host the CPU runtime is the one thing it shares with ours, because SGLang cannot run
-there without it: the libcuda stub, and ``sglang_r3.patches.cpu`` (torch versions of sgl-kernel's CPU
+there without it: the libcuda stub, and ``sglang_r3.serving.patches.cpu`` (torch versions of sgl-kernel's CPU
 speculative ops, TARGET_VERIFY for torch_native attention, gloo process groups for several ranks).
 
 ``--upstream-capture`` keeps ``--enable-return-routed-experts``: SGLang's own ``RoutedExpertsCapturer``
@@ -22,20 +22,20 @@ import os
 import sys
 
 if os.environ.get("SGLANG_R3_CPU") == "1" and os.environ.get("SGLANG_R3_ENABLED") != "1":
-    from sglang_r3.patches.cpu import install_cpu_patches
+    from sglang_r3.serving.patches.cpu import install_cpu_patches
 
     install_cpu_patches()
 
 
 def main() -> None:
-    from sglang_r3.cpu import activate_cpu_runtime, has_gpu
-    from sglang_r3.launch_server import resolve_argv
+    from sglang_r3.dev.cpu import activate_cpu_runtime, has_gpu
+    from sglang_r3.serving.launch import resolve_argv
 
     os.environ.pop("SGLANG_R3_ENABLED", None)
     cpu = not has_gpu()
     if cpu:
         activate_cpu_runtime()
-        from sglang_r3.patches.cpu import install_cpu_patches
+        from sglang_r3.serving.patches.cpu import install_cpu_patches
 
         install_cpu_patches()
     upstream = "--upstream-capture" in sys.argv[1:]
@@ -48,8 +48,8 @@ def main() -> None:
 
     server_args = prepare_server_args(argv)
     if cpu:
-        from sglang_r3.cpu import bind_rank_threads
-        from sglang_r3.patches.api import cpu_rank_count
+        from sglang_r3.dev.cpu import bind_rank_threads
+        from sglang_r3.serving.patches.api import cpu_rank_count
 
         bind_rank_threads(cpu_rank_count(server_args))
     try:

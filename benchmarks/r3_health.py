@@ -55,7 +55,7 @@ def _forward(model, tokens: Sequence[torch.Tensor]):
 
 
 def _own_records(model, filler, layout, tokens):
-    from sglang_r3.record import RoutingRecord, token_digest
+    from sglang_r3.core.record import RoutingRecord, token_digest
 
     filler.record()
     with torch.no_grad():

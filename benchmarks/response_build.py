@@ -31,8 +31,8 @@ import torch
 
 from benchmarks.shapes import GLM45, Shape, synthetic_record, upstream_routed_experts
 from benchmarks.stats import bootstrap_ci, ratio_ci
-from sglang_r3.capture.payload import PayloadBytes, encode_payload
-from sglang_r3.response import ask, unpark
+from sglang_r3.serving.capture.payload import PayloadBytes, encode_payload
+from sglang_r3.serving.response import ask, unpark
 
 
 def _payloads(shape: Shape, rows: int, seed: int = 0):
@@ -69,21 +69,21 @@ class _Request:
 
 def _tm_hook(out: Dict[str, Any], request: _Request) -> Dict[str, Any]:
     """What the TokenizerManager hook does with a finished output of our /generate (on the event loop)."""
-    from sglang_r3.patches import responses
+    from sglang_r3.serving.patches import responses
 
     return responses.take_payload(None, request, out)
 
 
 def _asked(binary: bool):
-    from server.generate import asked_of
-    from server.schemas import RoutingOptions
+    from sglang_r3_server.generate import asked_of
+    from sglang_r3_server.schemas import RoutingOptions
 
     return asked_of(RoutingOptions.model_validate({"return_routing": True}), binary)
 
 
 def ours_path(payload, rows: int, layout, binary: bool) -> bytes:
-    from server.generate import build_all
-    from server.wire import respond as _respond
+    from sglang_r3_server.generate import build_all
+    from sglang_r3_server.wire import respond as _respond
 
     asked = _asked(binary)
     out = {"text": "", "output_ids": [], "meta_info": {**_meta(rows), "routed_experts": _detok(payload)}}
@@ -119,7 +119,7 @@ def event_loop_stall(shape: Shape = GLM45, n_requests: int = 64, tokens: int = 4
                      bursts: int = 3) -> Dict[str, Any]:
     """side: ``json`` / ``msgpack`` (ours), or ``upstream`` (int32 routed_experts through SGLang's handler).
     ``stall_p99_ms``: the median over ``bursts`` bursts of each burst's p99 heartbeat lateness."""
-    from server.generate import respond_routed
+    from sglang_r3_server.generate import respond_routed
     from sglang.srt.utils.json_response import orjson_response
 
     layout, asked = shape.layout(), _asked(side == "msgpack")

@@ -56,7 +56,7 @@ def start_servers(args) -> Tuple[Dict[str, str], List[Any]]:
     """Ours (``python -m sglang_r3.launch_server``) and the baseline without R3 (``python -m
     benchmarks.plain_server``, same resolved flags), both with MTP speculation. They load together; they are
     measured one at a time (the idle one sleeps: --sleep-on-idle)."""
-    from sglang_r3.cpu import has_gpu
+    from sglang_r3.dev.cpu import has_gpu
 
     # On a CPU host each scheduler computes with one thread, which capture_overhead.pin_server_cores
     # puts on a core of its own (the HTTP side gets the other); both servers alike. Two compute
@@ -82,7 +82,7 @@ def step(log: Dict[str, float], name: str, fn, *a, **kw):
 
 def run(args) -> Dict[str, Any]:
     from benchmarks import capture_overhead, capture_path, decode_bind, host_memory, response_build, slime_fill, wire_size
-    from sglang_r3.cpu import has_gpu
+    from sglang_r3.dev.cpu import has_gpu
 
     t0 = time.monotonic()
     res: Dict[str, Any] = {"quick": args.quick, "machine": machine()}

@@ -8,8 +8,8 @@ from typing import Tuple
 
 import numpy as np
 
-from sglang_r3.layout import LayerInfo, ModelLayout
-from sglang_r3.record import RoutingRecord, dtype_for
+from sglang_r3.core.layout import LayerInfo, ModelLayout
+from sglang_r3.core.record import RoutingRecord, dtype_for
 
 
 @dataclass(frozen=True)

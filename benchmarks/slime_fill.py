@@ -15,8 +15,8 @@ recorded into ``RoutingReplay.all_routing_replays[i]`` (slime/utils/routing_repl
 The decode, validation and preparation pieces are benchmarks/decode_bind.py's; the loop and the replay are
 tests/trainer/slime_reference.py's.
 
-Ours: ``json.loads`` (or ``msgpack.unpackb``) -> ``RoutingRecord.from_wire`` (sglang_r3/record/records.py) ->
-``fill_routing_replay`` (sglang_r3/integrations/slime.py: every record checked — fingerprint, layers, rows,
+Ours: ``json.loads`` (or ``msgpack.unpackb``) -> ``RoutingRecord.from_wire`` (sglang_r3/core/record/records.py) ->
+``fill_routing_replay`` (sglang_r3/trainer/slime.py: every record checked — fingerprint, layers, rows,
 token digest, id range, distinct ids — then packed as slime packs, one compact block per layer, recorded into
 each router's own replay). ``ours_upstream_arrays``: slime's own decode, then ``fill_routing_replay`` on its
 int32 arrays (a slime user who keeps upstream's ``return_routed_experts``).
@@ -43,7 +43,7 @@ import torch
 from benchmarks import decode_bind
 from benchmarks.shapes import GLM45, SHAPES, Shape
 from benchmarks.stats import worst_speedup
-from sglang_r3.record import RoutingRecord
+from sglang_r3.core.record import RoutingRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "trainer"))
 
@@ -92,7 +92,7 @@ def _same(got: List[List[torch.Tensor]], ref: List[List[torch.Tensor]]) -> bool:
 
 def run_shape(shape: Shape, lengths: List[int], repeats: int) -> Dict[str, Any]:
     import slime_reference
-    from sglang_r3.integrations.slime import fill_routing_replay
+    from sglang_r3.trainer.slime import fill_routing_replay
 
     shape = dataclasses.replace(shape, num_mtp=0)
     layout, args = shape.layout(), decode_bind.SlimeArgs(shape)

@@ -33,7 +33,7 @@ import httpx
 import msgpack
 import numpy as np
 
-from sglang_r3.record import RoutingRecord
+from sglang_r3.core.record import RoutingRecord
 
 RESULTS = Path(__file__).parent / "results"
 # A KV pool a few requests wide: concurrent decodes run out of slots and SGLang retracts some.

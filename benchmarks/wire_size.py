@@ -16,7 +16,7 @@ import msgpack
 import orjson
 
 from benchmarks.shapes import GLM45, SHAPES, WIDE_SHAPES, Shape, synthetic_record, upstream_routed_experts
-from sglang_r3.record import RoutingRecord, bits_for
+from sglang_r3.core.record import RoutingRecord, bits_for
 
 MSGPACK = "application/msgpack"
 

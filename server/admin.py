@@ -6,11 +6,11 @@ from typing import List
 
 from fastapi import APIRouter
 
-from server.request import RequestError
-from server.schemas import CaptureModeRequest, CaptureStats, ErrorResponse, LayoutResponse
-from server.state import current_layout, tokenizer_manager
-from sglang_r3.capture.capturer import CAPTURE_MODE_CODES
-from sglang_r3.patches import api
+from sglang_r3_server.request import RequestError
+from sglang_r3_server.schemas import CaptureModeRequest, CaptureStats, ErrorResponse, LayoutResponse
+from sglang_r3_server.state import current_layout, tokenizer_manager
+from sglang_r3.serving.capture.capturer import CAPTURE_MODE_CODES
+from sglang_r3.serving.patches import api
 
 router = APIRouter()
 

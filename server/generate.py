@@ -14,17 +14,17 @@ from typing import Any, Dict, List, Tuple, Union
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from server import refs
-from server.body import too_deep
-from server.request import RequestError, parse_routing_options, rewrite_body
-from server.schemas import ErrorResponse, RoutedOutput, RoutingOptions
-from server.state import current_layout, tokenizer_manager
-from server.wire import DONE_FRAME, MSGPACK, frame, respond, wants_msgpack
-from sglang_r3.capture.payload import EncodedRouting
-from sglang_r3.layout import ModelLayout
-from sglang_r3.patches import api
-from sglang_r3.record import RoutingRecord
-from sglang_r3.response import Asked, ask, build, unpark
+from sglang_r3_server import refs
+from sglang_r3_server.body import too_deep
+from sglang_r3_server.request import RequestError, parse_routing_options, rewrite_body
+from sglang_r3_server.schemas import ErrorResponse, RoutedOutput, RoutingOptions
+from sglang_r3_server.state import current_layout, tokenizer_manager
+from sglang_r3_server.wire import DONE_FRAME, MSGPACK, frame, respond, wants_msgpack
+from sglang_r3.serving.capture.payload import EncodedRouting
+from sglang_r3.core.layout import ModelLayout
+from sglang_r3.serving.patches import api
+from sglang_r3.core.record import RoutingRecord
+from sglang_r3.serving.response import Asked, ask, build, unpark
 
 router = APIRouter()
 
@@ -87,7 +87,7 @@ async def generate(request: Request):
     asked = layout = None
     if opts.any:
         asked, layout = asked_of(opts, binary), current_layout()
-        ask(request, asked)  # the TokenizerManager hook parks each payload for us (sglang_r3.response)
+        ask(request, asked)  # the TokenizerManager hook parks each payload for us (sglang_r3.serving.response)
 
     if obj.stream:
         async def stream():

@@ -10,12 +10,12 @@ import logging
 import threading
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from sglang_r3 import settings
-from sglang_r3.codes import STORE_ERROR_CODES
-from sglang_r3.fleet.handle import RecordHandle
-from sglang_r3.record import RoutingRecord
-from sglang_r3.response import count_served, refuse, unavailable
-from sglang_r3.settings import StoreSettings
+from sglang_r3.core import settings
+from sglang_r3.core.codes import STORE_ERROR_CODES
+from sglang_r3.serving.fleet.handle import RecordHandle
+from sglang_r3.core.record import RoutingRecord
+from sglang_r3.serving.response import count_served, refuse, unavailable
+from sglang_r3.core.settings import StoreSettings
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def _connect(cfg: StoreSettings):
 
 
 async def _put(cfg: StoreSettings, rid: str, record: RoutingRecord) -> Dict[str, Any]:
-    from sglang_r3.fleet.store import encode_record
+    from sglang_r3.serving.fleet.store import encode_record
 
     store = _store or await asyncio.to_thread(_connect, cfg)
     return await store.put.remote(cfg.incarnation, rid, encode_record(record))

@@ -8,10 +8,10 @@ from typing import Any, Dict, List, Optional
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from server.schemas import RoutingOptions
-from server.state import tokenizer_manager
-from sglang_r3 import settings
-from sglang_r3.capture.draft import MTP_WANTED_KEY
+from sglang_r3_server.schemas import RoutingOptions
+from sglang_r3_server.state import tokenizer_manager
+from sglang_r3.core import settings
+from sglang_r3.serving.capture.draft import MTP_WANTED_KEY
 
 
 class RequestError(ValueError):
@@ -45,7 +45,7 @@ def parse_routing_options(body: Dict[str, Any]) -> RoutingOptions:
         field = str(err["loc"][0]) if err["loc"] else None
         raise RequestError(f"{field}: {err['msg']} (got {err.get('input')!r})", field=field) from None
     if opts.want_ref and settings.current().store is None:
-        raise RequestError("return_routing.ref needs an engine started by sglang_r3.fleet (it has no record store)",
+        raise RequestError("return_routing.ref needs an engine started by sglang_r3.serving.fleet (it has no record store)",
                            field="return_routing")
     if opts.routing_start is not None and not opts.want_routing:
         raise RequestError("routing_start needs return_routing", field="routing_start")

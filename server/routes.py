@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from server import admin, generate
+from sglang_r3_server import admin, generate
 
 router = APIRouter()
 # The route objects themselves, not include_router: this FastAPI wraps an included router in one

@@ -6,7 +6,7 @@ from typing import List, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
-from sglang_r3.codes import ROUTING_ERROR_CODES
+from sglang_r3.core.codes import ROUTING_ERROR_CODES
 
 
 class RoutingSelect(BaseModel):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sglang_r3.layout import ModelLayout
-from sglang_r3.patches import api
-from sglang_r3.patches.responses import served_layout
+from sglang_r3.core.layout import ModelLayout
+from sglang_r3.serving.patches import api
+from sglang_r3.serving.patches.responses import served_layout
 
 
 def tokenizer_manager():

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from benchmarks.soak import SOAK_SERVER_ENV, SOAK_SERVER_FLAGS
-from sglang_r3 import settings
+from sglang_r3.core import settings
 from tests import children
 from tests.servers import ServerProcess
 from tests.tiers import *  # noqa: F401,F403  (the tier hooks: tests/tiers.py)

@@ -1,4 +1,4 @@
-"""Runs sglang_r3.engine.Engine (SGLang's in-process engine with capture) and prints one output's meta_info.
+"""Runs sglang_r3.serving.engine.Engine (SGLang's in-process engine with capture) and prints one output's meta_info.
 
 A separate process: an Engine owns its process (scheduler children, signal handlers, the CPU runtime).
 Prints a JSON line: {"output_ids": [...], "routed_experts": str|None, "routing": dict|None, "routing_error": ...}.
@@ -29,6 +29,6 @@ def print_greedy_output(engine, prompt, **extra) -> None:
 
 
 if __name__ == "__main__":
-    from sglang_r3.engine import Engine
+    from sglang_r3.serving.engine import Engine
 
     print_greedy_output(Engine(["--disable-speculation"]), json.loads(sys.argv[1]))

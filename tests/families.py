@@ -17,8 +17,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from sglang_r3.embedded.tokenizer import NUM_BYTE_TOKENS, write_tokenizer
-from sglang_r3.paths import cache_root
+from sglang_r3.dev.embedded.tokenizer import NUM_BYTE_TOKENS, write_tokenizer
+from sglang_r3.core.paths import cache_root
 
 VOCAB = 288  # >= the tokenizer's 260 ids
 _TINY = dict(vocab_size=VOCAB, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
@@ -185,7 +185,7 @@ FAMILIES: Dict[str, Family] = {
         mlp_of=lambda layer: layer.feed_forward,
         is_moe_module=lambda ff: hasattr(ff, "router") and hasattr(ff, "experts"),
         router_ids=lambda ff: (ff.router, _llama4_router_ids(ff.router.top_k)),
-        not_served="Llama4ForCausalLM",  # refused by its layout rule (sglang_r3/families.py)
+        not_served="Llama4ForCausalLM",  # refused by its layout rule (sglang_r3/core/families.py)
     ),
     # Qwen3-VL-MoE, text routing: the multimodal checkpoint (a one-block vision tower, processor configs), text-only
     # prompts; softmax top-k in every text layer, interleaved M-RoPE. Not served: see tests/test_families.py.

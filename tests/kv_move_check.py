@@ -9,10 +9,10 @@ import json
 import types
 
 if __name__ == "__main__":
-    from sglang_r3.cpu import activate_cpu_runtime
+    from sglang_r3.dev.cpu import activate_cpu_runtime
 
     activate_cpu_runtime()
-    from sglang_r3.patches.cpu import install_cpu_patches
+    from sglang_r3.serving.patches.cpu import install_cpu_patches
 
     install_cpu_patches()
 
@@ -20,10 +20,10 @@ if __name__ == "__main__":
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
     from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache
 
-    from sglang_r3.capture import RoutingCapturer
-    from sglang_r3.embedded import ensure_embedded_model
-    from sglang_r3.layout import layout_from_model_path
-    from sglang_r3.patches.capture import _follow_kv_moves
+    from sglang_r3.serving.capture import RoutingCapturer
+    from sglang_r3.dev.embedded import ensure_embedded_model
+    from sglang_r3.core.layout import layout_from_model_path
+    from sglang_r3.serving.patches.capture import _follow_kv_moves
 
     layout = layout_from_model_path(str(ensure_embedded_model()))
     pool = MHATokenToKVPool(

@@ -6,8 +6,8 @@ from typing import Any, Dict, List, Union
 
 import httpx
 
-from sglang_r3.layout import ModelLayout
-from sglang_r3.record import RoutingRecord
+from sglang_r3.core.layout import ModelLayout
+from sglang_r3.core.record import RoutingRecord
 
 TIMEOUT = httpx.Timeout(600.0)
 

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 
 import httpx
 
-from sglang_r3.fleet.gateway import free_port, log_tail, stop_process_group
+from sglang_r3.serving.fleet.gateway import free_port, log_tail, stop_process_group
 from tests import children
 
 STARTUP_TIMEOUT_S = float(os.environ.get("SGLANG_R3_TEST_STARTUP_TIMEOUT", "600"))

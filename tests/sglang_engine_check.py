@@ -15,7 +15,7 @@ if __name__ == "__main__":
 
     from engine_check import print_greedy_output  # this script's folder is on sys.path
 
-    from sglang_r3.embedded import ensure_embedded_model
+    from sglang_r3.dev.embedded import ensure_embedded_model
 
     prompt = json.loads(sys.argv[1])
     base = dict(

@@ -70,8 +70,8 @@ def launch_server_process(server_args) -> multiprocessing.Process:
 if __name__ == "__main__":
     from sglang.srt.server_args import ServerArgs
 
-    from sglang_r3.embedded import ensure_embedded_model
-    from sglang_r3.fleet.gateway import free_port
+    from sglang_r3.dev.embedded import ensure_embedded_model
+    from sglang_r3.serving.fleet.gateway import free_port
 
     port = int(sys.argv[1])
     overrides = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}

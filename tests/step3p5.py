@@ -131,7 +131,7 @@ def build(out: Path) -> Path:
     tokenizer (id == byte) into ``out``."""
     from safetensors.torch import save_file
 
-    from sglang_r3.embedded.tokenizer import write_tokenizer
+    from sglang_r3.dev.embedded.tokenizer import write_tokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config(), indent=1))

@@ -9,7 +9,7 @@ do, ``sglang.test.layer_ut_utils``), then for each architecture:
   ``sglang.srt.models`` with an ``EntryClass``), read from the modules' source so that modules the CPU host
   cannot import are listed too; an entry is MoE when its module (or a ``sglang.srt.models`` module it imports
   from) builds ``TopK`` / ``FusedMoE`` / ``get_moe_impl_class``.
-* **with a layout rule** (``sglang_r3.families``): the tiny config below (the config class SGLang builds: its
+* **with a layout rule** (``sglang_r3.core.families``): the tiny config below (the config class SGLang builds: its
   own or transformers'), SGLang's model class built on the meta device, its routers read by the same code the
   server's start-up check runs (``patches/served_layout.py``: ``TopK`` layer ids and routed top-k, ``FusedMoE``
   experts) must be the layout's main MoE layers; its draft model (the architecture SGLang's own
@@ -242,7 +242,7 @@ def registry_entries() -> Dict[str, Dict[str, Any]]:
 
 
 def init_runtime() -> None:
-    from sglang_r3.cpu import activate_cpu_runtime, has_gpu
+    from sglang_r3.dev.cpu import activate_cpu_runtime, has_gpu
 
     if not has_gpu():
         activate_cpu_runtime()
@@ -278,7 +278,7 @@ def build_sglang(arch: str, cfg, draft: bool = False):
     from sglang.srt.layers.moe.utils import draft_model_build_scope
     from sglang.srt.models.registry import ModelRegistry
 
-    from sglang_r3.cpu import has_gpu
+    from sglang_r3.dev.cpu import has_gpu
 
     if not has_gpu():
         adjust_tp_num_heads_if_necessary(cfg, 1, is_post_update=True)
@@ -341,9 +341,9 @@ def transformers_moe_layers(arch: str, cfg) -> Optional[List[int]]:
 
 
 def prove(arch: str) -> Dict[str, Any]:
-    from sglang_r3.families import family_of
-    from sglang_r3.layout import layout_from_hf_config
-    from sglang_r3.patches import served_layout
+    from sglang_r3.core.families import family_of
+    from sglang_r3.core.layout import layout_from_hf_config
+    from sglang_r3.serving.patches import served_layout
 
     model_type, values = SPECS[arch]
     cfg = config_object(arch, model_type, values)
@@ -407,7 +407,7 @@ def _ranges(ids: List[int]) -> str:
 
 
 def refusal(arch: str) -> str:
-    from sglang_r3.layout import LayoutError, layout_from_hf_config
+    from sglang_r3.core.layout import LayoutError, layout_from_hf_config
 
     try:
         layout_from_hf_config({"architectures": [arch], "num_hidden_layers": 2})
@@ -420,8 +420,8 @@ def refusal(arch: str) -> str:
 
 
 def sweep(only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
-    from sglang_r3.cpu import has_gpu
-    from sglang_r3.families import family_of
+    from sglang_r3.dev.cpu import has_gpu
+    from sglang_r3.core.families import family_of
 
     init_runtime()
     from sglang.srt.models.registry import ModelRegistry

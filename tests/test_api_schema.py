@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from fastapi import FastAPI
 
-from server.routes import router
-from sglang_r3.fleet.handle import RecordUnavailableError
-from sglang_r3.fleet.store import RecordStore, StoreBounds, encode_record
-from sglang_r3.record import RoutingRecord, token_digest
+from sglang_r3_server.routes import router
+from sglang_r3.serving.fleet.handle import RecordUnavailableError
+from sglang_r3.serving.fleet.store import RecordStore, StoreBounds, encode_record
+from sglang_r3.core.record import RoutingRecord, token_digest
 
 pytestmark = pytest.mark.sglang
 

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import pytest
 
-from server.body import MAX_JSON_DEPTH, TooDeep, too_deep
+from sglang_r3_server.body import MAX_JSON_DEPTH, TooDeep, too_deep
 
 pytestmark = pytest.mark.fast
 

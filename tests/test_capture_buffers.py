@@ -17,9 +17,9 @@ from torch.overrides import TorchFunctionMode
 
 from sglang.srt.utils.common import async_d2h  # SGLang's own copy primitive of the overlap path
 
-from sglang_r3.capture.capturer import RoutingCapturer, StagingOverflow
-from sglang_r3.capture.draft import DraftCapturer
-from sglang_r3.layout import LayerInfo, ModelLayout
+from sglang_r3.serving.capture.capturer import RoutingCapturer, StagingOverflow
+from sglang_r3.serving.capture.draft import DraftCapturer
+from sglang_r3.core.layout import LayerInfo, ModelLayout
 
 pytestmark = pytest.mark.sglang
 

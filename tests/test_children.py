@@ -35,7 +35,7 @@ import psutil
 import pytest
 import ray
 
-from sglang_r3.fleet.gateway import Gateway
+from sglang_r3.serving.fleet.gateway import Gateway
 from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.server

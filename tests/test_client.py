@@ -10,7 +10,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from sglang_r3.client import (
+from sglang_r3.trainer.client import (
     AsyncRoutingClient,
     RoutingClient,
     RoutingClientError,
@@ -19,8 +19,8 @@ from sglang_r3.client import (
     decode_routing,
     parse_outputs,
 )
-from sglang_r3.layout import LayerInfo, ModelLayout
-from sglang_r3.record import RecordError, RoutingRecord, token_digest
+from sglang_r3.core.layout import LayerInfo, ModelLayout
+from sglang_r3.core.record import RecordError, RoutingRecord, token_digest
 
 pytestmark = pytest.mark.fast
 

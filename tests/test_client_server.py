@@ -7,10 +7,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from sglang_r3.client import AsyncRoutingClient, RoutingClient, RoutingServerError
-from sglang_r3.embedded import ensure_embedded_model
-from sglang_r3.layout import layout_from_model_path
-from sglang_r3.record import MtpRouting
+from sglang_r3.trainer.client import AsyncRoutingClient, RoutingClient, RoutingServerError
+from sglang_r3.dev.embedded import ensure_embedded_model
+from sglang_r3.core.layout import layout_from_model_path
+from sglang_r3.core.record import MtpRouting
 
 GREEDY = {"temperature": 0, "max_new_tokens": 6}
 PROMPT = [3, 14, 15, 92, 65, 35, 89, 79]

@@ -1,4 +1,4 @@
-"""sglang_r3.config_view against the config classes SGLang 0.5.23 builds (the oracle).
+"""sglang_r3.core.config_view against the config classes SGLang 0.5.23 builds (the oracle).
 
 The view of a raw config.json (computed without transformers, from the table in config_view) must
 equal the view of the config object SGLang's own ``get_config`` resolves from that file, and the view
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_r3.config_view import CONFIG_MODEL_TYPES, ConfigError, facts_table, is_routing_key, view_of
-from sglang_r3.families import FAMILIES
+from sglang_r3.core.config_view import CONFIG_MODEL_TYPES, ConfigError, facts_table, is_routing_key, view_of
+from sglang_r3.core.families import FAMILIES
 
 transformers = pytest.importorskip("transformers")
 hf_common = pytest.importorskip("sglang.srt.utils.hf_transformers.common")
@@ -217,7 +217,7 @@ def test_wrapped_text_config_is_read_with_its_own_class_facts(tmp_path):
 def test_trainer_without_transformers_computes_the_servers_fingerprints(tmp_path):
     # The trainer's base install has no transformers (tests/test_trainer_install.py): its table path
     # must give the fingerprint the server computes from the config object SGLang resolves.
-    from sglang_r3.layout import layout_from_hf_config
+    from sglang_r3.core.layout import layout_from_hf_config
     from tests.test_trainer_install import SERVER_ONLY, _ok, _run
 
     names = FIXTURES
@@ -227,7 +227,7 @@ def test_trainer_without_transformers_computes_the_servers_fingerprints(tmp_path
         _sglang_config(tmp_path, _load(n), f"{n}-again").save_pretrained(saved[n])
     code = f"""
 import json
-from sglang_r3.layout import layout_from_hf_config, layout_from_model_path
+from sglang_r3.core.layout import layout_from_hf_config, layout_from_model_path
 raw = {{n: layout_from_hf_config({{k: v for k, v in json.load(open(p)).items() if not k.startswith("_")}}).fingerprint
        for n, p in {dict((n, str(CONFIGS / f"{n}.json")) for n in names)!r}.items()}}
 saved = {{n: layout_from_model_path(p).fingerprint for n, p in {saved!r}.items()}}

@@ -99,7 +99,7 @@ def test_every_requirement_has_a_ceiling():
 
 
 def _local_modules() -> Set[str]:
-    names = set(SCANNED)
+    names = set(SCANNED) | {"sglang_r3_server"}  # server/ installs under that name
     for root in SCANNED:
         for p in (ROOT / root).rglob("*"):
             if p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()):

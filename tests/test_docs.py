@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_r3.patches import manifest
+from sglang_r3.serving.patches import manifest
 
 pytestmark = pytest.mark.fast
 
@@ -16,11 +16,11 @@ DOC = (ROOT / "docs" / "architecture.md").read_text()
 
 def test_the_architecture_doc_shows_the_manifest_as_it_is():
     table = manifest.markdown()
-    assert table in DOC, "regenerate the table: python -m sglang_r3.patches.manifest --markdown"
+    assert table in DOC, "regenerate the table: python -m sglang_r3.serving.patches.manifest --markdown"
 
 
 def _modules():
-    for top in ("sglang_r3", "server"):
+    for top in ("sglang_r3", "server"):  # server/ installs as sglang_r3_server
         for path in sorted((ROOT / top).rglob("*.py")):
             rel = path.relative_to(ROOT)
             yield rel
@@ -34,7 +34,7 @@ def test_the_architecture_doc_names_every_module():
         folder = "/".join(parts[:-1]) + "/"
         if parts[-1] == "__init__.py":
             return f"`{folder}`" in DOC or len(parts) == 1
-        return f"`{'/'.join(parts)}`" in DOC or (folder == "patches/cpu/" and f"`{folder}`" in DOC)
+        return f"`{'/'.join(parts)}`" in DOC or (folder == "serving/patches/cpu/" and f"`{folder}`" in DOC)
 
     missing = [str(r) for r in _modules() if not named(r)]
     assert not missing, f"docs/architecture.md does not name: {missing}"

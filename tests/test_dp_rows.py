@@ -23,14 +23,14 @@ pytestmark = pytest.mark.sglang
 @pytest.fixture(scope="module")
 def sglang_dp():
     saved = dict(os.environ)
-    from sglang_r3.cpu import activate_cpu_runtime, has_gpu
+    from sglang_r3.dev.cpu import activate_cpu_runtime, has_gpu
 
     if not has_gpu():
         activate_cpu_runtime()
     from sglang.srt.layers import dp_attention
     from sglang.srt.runtime_context import get_parallel
 
-    from sglang_r3.patches.dp_rows import _dp_window
+    from sglang_r3.serving.patches.dp_rows import _dp_window
 
     yield SimpleNamespace(dp=dp_attention, parallel=get_parallel(), window=_dp_window)
     os.environ.clear()
@@ -80,14 +80,14 @@ def test_a_skipped_gather_is_this_ranks_own_batch(sglang_dp):
 
 def _gather_worker(rank: int, port: int, queue) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    from sglang_r3.cpu import activate_cpu_runtime
+    from sglang_r3.dev.cpu import activate_cpu_runtime
 
     activate_cpu_runtime()
     import torch.distributed as dist
     from sglang.srt.distributed.parallel_state import init_model_parallel_group
     from sglang.srt.runtime_context import get_parallel
 
-    from sglang_r3.patches.dp_rows import _gathered_across_attn_tp
+    from sglang_r3.serving.patches.dp_rows import _gathered_across_attn_tp
 
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
@@ -109,7 +109,7 @@ def test_deepep_shares_are_gathered_across_attention_tp_ranks_with_sglangs_own_c
     scatter split them, and as upstream's capturer gathers them), routed columns only."""
     import torch.multiprocessing as mp
 
-    from sglang_r3.fleet.gateway import free_port
+    from sglang_r3.serving.fleet.gateway import free_port
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sglang_r3.record import RoutingRecord
+from sglang_r3.core.record import RoutingRecord
 from tests.routing_http import greedy, record_of
 
 PROMPT = list(b"in-process engine")

@@ -1,4 +1,4 @@
-"""Expert load from records (sglang_r3.load), record files, ``python -m sglang_r3.report``, and the
+"""Expert load from records (sglang_r3.core.load), record files, ``python -m sglang_r3.tools.report``, and the
 per-layer load-imbalance gauges on ``/metrics``.
 
 Oracles: a plain ``collections.Counter`` over the decoded rows (and the textbook formulas over it);
@@ -19,10 +19,10 @@ import httpx
 import numpy as np
 import pytest
 
-from sglang_r3.layout import layout_from_hf_config
-from sglang_r3.load import LoadCounter, LoadError, expert_load
-from sglang_r3.record import RoutingRecord, token_digest
-from sglang_r3.record_file import load_records, save_records
+from sglang_r3.core.layout import layout_from_hf_config
+from sglang_r3.core.load import LoadCounter, LoadError, expert_load
+from sglang_r3.core.record import RoutingRecord, token_digest
+from sglang_r3.core.record.file import load_records, save_records
 from tests.routing_http import TIMEOUT, fetch_layout, generate, ids
 from tests.test_trainer_install import SERVER_ONLY, _ok, _run
 
@@ -119,7 +119,7 @@ def test_record_file_round_trips_and_reads_generate_bodies(tmp_path):
 
 
 def _report(*args):
-    return subprocess.run([sys.executable, "-m", "sglang_r3.report", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "sglang_r3.tools.report", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -146,9 +146,9 @@ def test_report_refuses_a_file_that_is_not_records(tmp_path):
 def test_load_and_record_files_need_neither_torch_nor_sglang(tmp_path):
     out = _ok(_run("""
 import numpy as np
-from sglang_r3.load import LoadCounter
-from sglang_r3.record_file import save_records, load_records
-import sglang_r3.report
+from sglang_r3.core.load import LoadCounter
+from sglang_r3.core.record.file import save_records, load_records
+import sglang_r3.tools.report
 c = LoadCounter((1, 2), 8)
 c.add(np.array([[[0, 1], [2, 3]]], np.uint8))
 assert c.result().counts.sum() == 4

@@ -13,10 +13,10 @@ import httpx
 import numpy as np
 import pytest
 
-from sglang_r3.client import RoutingClient, RoutingUnavailableError
-from sglang_r3.embedded import EMBEDDED_CONFIG
-from sglang_r3.layout import ModelLayout
-from sglang_r3.record import token_digest
+from sglang_r3.trainer.client import RoutingClient, RoutingUnavailableError
+from sglang_r3.dev.embedded import EMBEDDED_CONFIG
+from sglang_r3.core.layout import ModelLayout
+from sglang_r3.core.record import token_digest
 from tests.conftest import ADMIN_KEY
 from tests.routing_http import TIMEOUT, fetch_layout, flush_cache, greedy, ids, record_of
 

@@ -6,7 +6,7 @@ transformers' router top-k (hooks on its routers) over the same prompt + complet
 tree (which layers have a router and experts).
 
 DeepSeek-V3 (MLA, YaRN, grouped top-k, one NextN layer) runs exactly once the CPU runtime attends
-over the decompressed k/v in its MHA prefill (sglang_r3/patches/cpu/mla.py); it is served twice, MTP
+over the decompressed k/v in its MHA prefill (sglang_r3/serving/patches/cpu/mla.py); it is served twice, MTP
 speculation off and on. GLM-4.7-Flash (MLA through the same path, one NextN layer) is served once, with MTP
 speculation on: its main rows must be transformers' (which never speculates), so spec on = off.
 ERNIE-4.5-MoE (softmax top-k on scores + moe_statics bias, dense first and last layers) is served once, with MTP
@@ -14,7 +14,7 @@ speculation on (its dense MTP layer in ERNIE's checkpoint layout drafts; some dr
 be transformers', so spec on = off.
 Llama 4 is served as published, ``Llama4ForConditionalGeneration`` (one-layer vision tower, text prompts):
 MoE every 2nd layer, top-1 weighing the expert input, NoPE every 4th layer, q/k norm; the CPU runtime runs its
-attention as CUDA does and its input-weighted top-1 experts (sglang_r3/patches/cpu/llama4.py).
+attention as CUDA does and its input-weighted top-1 experts (sglang_r3/serving/patches/cpu/llama4.py).
 
 Families that do not run here, and why (SGLang 0.5.23, torch_native attention, CPU):
 - Llama 4 text-only checkpoints (``Llama4ForCausalLM``): refused at start-up by their layout rule. Served,
@@ -46,7 +46,7 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
 - MiniMax-M2: its QK norm (minimax_m2.py ``rms_sumsq_serial``) asserts CUDA tensors; served without it
   (``use_qk_norm`` unset, SGLang's default) its rows differ from transformers', which always normalises q and
   k -- which is why the layout rule refuses a config without ``use_qk_norm: true`` (run, then removed).
-- MiMo-V2-Flash: refused at start-up by its family entry (sglang_r3/families.py): SGLang builds its layers from
+- MiMo-V2-Flash: refused at start-up by its family entry (sglang_r3/core/families.py): SGLang builds its layers from
   per-layer lists transformers' MiMoV2FlashConfig ignores, and its 3 dense MTP layers are served as one draft
   layer or by multi-layer EAGLE, unproven for it -- so there is no checkpoint both sides read alike to serve.
 """
@@ -59,7 +59,7 @@ import json
 import numpy as np
 import pytest
 
-from sglang_r3.layout import ROLE_DENSE, ROLE_MOE, ROLE_MTP, LayoutError, layout_from_model_path
+from sglang_r3.core.layout import ROLE_DENSE, ROLE_MOE, ROLE_MTP, LayoutError, layout_from_model_path
 from tests.families import FAMILIES, GROUPS, Family, RouterTrace, build, dense_or_moe, load_transformers, serve_group
 from tests.routing_http import fetch_layout, generate, record_of
 

@@ -20,12 +20,12 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from sglang_r3.embedded.model import ensure_embedded_model  # noqa: E402
-from sglang_r3.fleet import Fleet, FleetConfig, RecordHandle, RecordUnavailableError, fetch  # noqa: E402
-from sglang_r3.fleet.store import RecordStore, StoreBounds, encode_record  # noqa: E402
-from sglang_r3.record import RoutingRecord, token_digest  # noqa: E402
+from sglang_r3.dev.embedded.model import ensure_embedded_model  # noqa: E402
+from sglang_r3.serving.fleet import Fleet, FleetConfig, RecordHandle, RecordUnavailableError, fetch  # noqa: E402
+from sglang_r3.serving.fleet.store import RecordStore, StoreBounds, encode_record  # noqa: E402
+from sglang_r3.core.record import RoutingRecord, token_digest  # noqa: E402
 from sglang_r3.trainer.validate import check_record  # noqa: E402
-from sglang_r3.record import RecordError  # noqa: E402
+from sglang_r3.core.record import RecordError  # noqa: E402
 
 pytestmark = pytest.mark.server
 
@@ -179,8 +179,8 @@ def test_a_direct_request_asks_for_a_handle_and_keeps_upstreams_field_and_msgpac
 
 
 def test_an_engine_without_a_record_store_refuses_a_request_for_a_handle_naming_the_field(monkeypatch):
-    from server.request import RequestError, parse_routing_options
-    from sglang_r3 import settings
+    from sglang_r3_server.request import RequestError, parse_routing_options
+    from sglang_r3.core import settings
 
     monkeypatch.setattr(settings, "current", lambda: settings.Settings())  # no record store set
     with pytest.raises(RequestError, match="record store") as e:
@@ -317,7 +317,7 @@ def test_handles_and_fetch_import_on_the_trainer_side_without_sglang():
     # A trainer image has ray (its job runs on it) but no SGLang: fetch and handles must import there.
     blocked = tuple(m for m in SERVER_ONLY if m != "ray") + ("torch", "megatron")
     out = _ok(_run("""
-from sglang_r3.fleet import RecordHandle, fetch
+from sglang_r3.serving.fleet import RecordHandle, fetch
 h = RecordHandle.from_wire({"meta_info": {"routing_ref": {"store": "s", "namespace": "n", "engine": "e",
                            "incarnation": 1, "rid": "r", "start": 0, "num_tokens": 3}}})
 assert h.num_tokens == 3 and callable(fetch)
@@ -331,7 +331,7 @@ _LAYOUT = {}
 
 def _layout(fleet):
     if "l" not in _LAYOUT:
-        from sglang_r3.layout import ModelLayout
+        from sglang_r3.core.layout import ModelLayout
 
         url = fleet.info()[0]["url"]
         _LAYOUT["l"] = ModelLayout.from_dict(httpx.get(url + "/routing/layout", timeout=30).json())

@@ -26,9 +26,9 @@ import msgpack
 import numpy as np
 import pytest
 
-from sglang_r3.embedded import EMBEDDED_CONFIG
-from sglang_r3.record import RoutingRecord
-from sglang_r3.fleet.gateway import Gateway
+from sglang_r3.dev.embedded import EMBEDDED_CONFIG
+from sglang_r3.core.record import RoutingRecord
+from sglang_r3.serving.fleet.gateway import Gateway
 from tests.routing_http import TIMEOUT
 
 pytestmark = pytest.mark.server

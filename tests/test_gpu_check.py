@@ -49,12 +49,12 @@ def test_its_cpu_selftest_runs_every_check_without_sglang():
         "deferred_copy_side_stream": "PASS", "pinned_host_rows": "SKIP", "replay_filler_megatron_cuda": "PASS",
     }, out
     assert "EXIT 0" in lines and "3 passed, 3 skipped, 0 failed" in lines
-    assert json.loads(lines[-1]) == []  # sglang_r3.capture and the trainer imported, SGLang never
+    assert json.loads(lines[-1]) == []  # sglang_r3.serving.capture and the trainer imported, SGLang never
 
 
 def test_the_capture_modules_import_without_sglang():
     out = _ok(_run("""
-import sglang_r3.capture.capturer, sglang_r3.capture.draft, sglang_r3.trainer.filler, sglang_r3.trainer.health
+import sglang_r3.serving.capture.capturer, sglang_r3.serving.capture.draft, sglang_r3.trainer.filler, sglang_r3.trainer.health
 print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & BLOCKED)))
 """, ABSENT))
     assert json.loads(out.splitlines()[-1]) == []

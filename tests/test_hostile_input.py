@@ -26,8 +26,8 @@ import msgpack
 import numpy as np
 import pytest
 
-from server.body import MAX_JSON_DEPTH, too_deep
-from sglang_r3.embedded import EMBEDDED_CONFIG
+from sglang_r3_server.body import MAX_JSON_DEPTH, too_deep
+from sglang_r3.dev.embedded import EMBEDDED_CONFIG
 from tests.routing_http import TIMEOUT, greedy, record_of
 
 pytestmark = pytest.mark.fast
@@ -671,14 +671,14 @@ def test_hostile_bodies_get_their_expected_answer_and_routing_stays_exact(url):
 def _embedded_tokenizer():
     from transformers import AutoTokenizer
 
-    from sglang_r3.embedded import ensure_embedded_model
+    from sglang_r3.dev.embedded import ensure_embedded_model
 
     return AutoTokenizer.from_pretrained(str(ensure_embedded_model()))
 
 
-@pytest.mark.sglang  # sglang_r3.patches imports SGLang
+@pytest.mark.sglang  # sglang_r3.serving.patches imports SGLang
 def test_tokenizer_max_id_is_measured_again_when_tokens_are_added_and_unknown_for_other_tokenizers():
-    from sglang_r3.patches.input_guard import tokenizer_max_id
+    from sglang_r3.serving.patches.input_guard import tokenizer_max_id
 
     tok = _embedded_tokenizer()
     assert tokenizer_max_id(tok) == max(tok.get_vocab().values()) == len(tok) - 1

@@ -28,9 +28,9 @@ import httpx
 import numpy as np
 import pytest
 
-from sglang_r3 import settings
-from sglang_r3.cpu import has_gpu
-from sglang_r3.embedded import default_speculative_flags, ensure_embedded_model
+from sglang_r3.core import settings
+from sglang_r3.dev.cpu import has_gpu
+from sglang_r3.dev.embedded import default_speculative_flags, ensure_embedded_model
 from tests.routing_http import TIMEOUT, greedy, ids
 from tests.servers import ServerProcess
 
@@ -232,8 +232,8 @@ def test_sglang_cli_on_a_cpu_host_refuses_missing_cpu_flags_naming_them(omit, na
 def our_launchers_resolved_args():
     """SGLang's resolved record for exactly the argv our launcher builds (in process; environment restored)."""
     saved = dict(os.environ)
-    from sglang_r3.cpu import activate_cpu_runtime
-    from sglang_r3.launch_server import resolve_argv
+    from sglang_r3.dev.cpu import activate_cpu_runtime
+    from sglang_r3.serving.launch import resolve_argv
 
     if CPU:
         activate_cpu_runtime()
@@ -248,7 +248,7 @@ def our_launchers_resolved_args():
 
 
 def test_opt_in_requires_exactly_what_our_launcher_adds(our_launchers_resolved_args, monkeypatch):
-    from sglang_r3.patches.opt_in import missing_settings
+    from sglang_r3.serving.patches.opt_in import missing_settings
 
     monkeypatch.delenv(settings.DEFAULT_ROUTING, raising=False)
     assert missing_settings(our_launchers_resolved_args) == []
@@ -264,7 +264,7 @@ def test_opt_in_requires_exactly_what_our_launcher_adds(our_launchers_resolved_a
 def test_hook_target_whose_module_fails_to_import_is_named_with_its_own_error(tmp_path, monkeypatch):
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from sglang_r3.patches import hooks
+    from sglang_r3.serving.patches import hooks
 
     pkg = tmp_path / "r3_probe_pkg"
     pkg.mkdir()
@@ -313,7 +313,7 @@ _PLUGIN_STATE = textwrap.dedent("""
     from sglang.srt.server_args import ServerArgs
     from sglang.srt.managers.tokenizer_manager import TokenizerManager
     print(json.dumps({
-        "ours_loaded": "sglang_r3.patches" in sys.modules,
+        "ours_loaded": "sglang_r3.serving.patches" in sys.modules,
         "hooks": sorted([t, src.plugin_name if src else None] for t, hs in HookRegistry._hooks.items() for _, _, src in hs),
         "wrapped": [f for f, o in (("ServerArgs.resolve_once", ServerArgs.resolve_once),
                                    ("ServerArgs.check_server_args", ServerArgs.check_server_args),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_r3.layout import (
+from sglang_r3.core.layout import (
     ROLE_DENSE,
     ROLE_MOE,
     ROLE_MTP,
@@ -412,7 +412,7 @@ def test_absent_and_null_keys_are_the_same_where_the_class_has_no_default():
 
 
 def test_embedded_model_dir_raw_json_and_transformers_agree():
-    from sglang_r3.embedded import ensure_embedded_model
+    from sglang_r3.dev.embedded import ensure_embedded_model
 
     model_dir = ensure_embedded_model()
     raw = json.loads((model_dir / "config.json").read_text())

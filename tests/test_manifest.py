@@ -1,4 +1,4 @@
-"""The adapter's manifest (sglang_r3/patches/manifest.py) against the installed SGLang.
+"""The adapter's manifest (sglang_r3/serving/patches/manifest.py) against the installed SGLang.
 
 Every hook, instance patch, route change and private name we touch is listed with the shape it was
 written against; a target that is gone or changed stops start-up naming it. The checks run in fresh
@@ -26,7 +26,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 
 def test_every_target_of_the_manifest_is_as_written_against_in_the_installed_sglang():
-    r = subprocess.run([sys.executable, "-m", "sglang_r3.patches.manifest"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "sglang_r3.serving.patches.manifest"], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "CHANGED" not in r.stdout
@@ -34,8 +34,8 @@ def test_every_target_of_the_manifest_is_as_written_against_in_the_installed_sgl
 
 def test_the_plugin_starts_and_every_hook_it_registers_is_in_the_manifest():
     r = _run("""
-        import sglang_r3.patches as p
-        from sglang_r3.patches import hooks, manifest
+        import sglang_r3.serving.patches as p
+        from sglang_r3.serving.patches import hooks, manifest
         p.plugin()  # what SGLang's plugin loader calls in every process it starts
         got = hooks.registered()
         assert got and all(t in manifest.BY_TARGET for t in got), got
@@ -47,12 +47,12 @@ def test_the_plugin_starts_and_every_hook_it_registers_is_in_the_manifest():
 @pytest.mark.parametrize("change,expect", [
     ("renamed", "has no attribute 'normalize_batch_and_arguments'"),
     ("signature", "signature changed: written against (self, strict)"),
-    ("unlisted", "not listed in sglang_r3/patches/manifest.py"),
+    ("unlisted", "not listed in sglang_r3/serving/patches/manifest.py"),
 ])
 def test_a_hook_target_that_is_renamed_changed_or_unlisted_stops_start_up_naming_it(change, expect):
     r = _run(f"""
         import dataclasses
-        from sglang_r3.patches import manifest
+        from sglang_r3.serving.patches import manifest
         target = {TARGET!r}
         entry = manifest.BY_TARGET.pop(target)
         if {change!r} == "renamed":  # SGLang renamed the method our hook is written for
@@ -62,7 +62,7 @@ def test_a_hook_target_that_is_renamed_changed_or_unlisted_stops_start_up_naming
             manifest.BY_TARGET[target] = entry
         elif {change!r} == "signature":  # the manifest records another shape than the installed one
             manifest.BY_TARGET[target] = dataclasses.replace(entry, signature="(self, strict)")
-        import sglang_r3.patches as p
+        import sglang_r3.serving.patches as p
         p.plugin()
         print("STARTED")
     """)
@@ -79,17 +79,17 @@ def test_a_used_sglang_name_that_is_gone_stops_start_up_naming_it(launch):
     # it the server would start, and /routing/capture would fail at its first call.
     r = _run(f"""
         import sys
-        from sglang_r3.cpu import activate_cpu_runtime, has_gpu
+        from sglang_r3.dev.cpu import activate_cpu_runtime, has_gpu
         if not has_gpu():
             activate_cpu_runtime()
         from sglang.srt.managers import io_struct
         del io_struct.SetInternalStateReq  # as if SGLang renamed it
         if {launch!r} == "our launcher":
-            from sglang_r3.launch_server import prepare
+            from sglang_r3.serving.launch import prepare
             prepare(["--model-path", "unused"], process="server")
         else:
-            from sglang_r3.patches.hooks import HookTargetError
-            from sglang_r3.patches.opt_in import refuse_unsupported_before_sglangs_checks
+            from sglang_r3.serving.patches.hooks import HookTargetError
+            from sglang_r3.serving.patches.opt_in import refuse_unsupported_before_sglangs_checks
             try:
                 refuse_unsupported_before_sglangs_checks(None)
             except HookTargetError as err:

@@ -22,7 +22,7 @@ import httpx
 import numpy as np
 import pytest
 
-from sglang_r3.layout import ROLE_DENSE, ROLE_MOE, layout_from_model_path
+from sglang_r3.core.layout import ROLE_DENSE, ROLE_MOE, layout_from_model_path
 from tests.routing_http import TIMEOUT, fetch_layout, greedy, record_of
 from tests.step3p5 import DENSE_LAYERS, NUM_EXPERTS, NUM_LAYERS, NUM_MTP, TOPK, build, server_flags
 

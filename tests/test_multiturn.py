@@ -11,9 +11,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sglang_r3.embedded import EMBEDDED_CONFIG
-from sglang_r3.layout import ModelLayout, layout_from_hf_config
-from sglang_r3.record import RecordError
+from sglang_r3.dev.embedded import EMBEDDED_CONFIG
+from sglang_r3.core.layout import ModelLayout, layout_from_hf_config
+from sglang_r3.core.record import RecordError
 from sglang_r3.trainer import check_records
 from sglang_r3.trainer.join import RecordPart, join_records
 from tests.routing_http import flush_cache, full_ids, greedy, record_of

@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from sglang_r3.record import MtpRouting, RecordError, RoutingRecord, bits_for, pack_ids, token_digest, unpack_ids
+from sglang_r3.core.record import MtpRouting, RecordError, RoutingRecord, bits_for, pack_ids, token_digest, unpack_ids
 
 pytestmark = pytest.mark.fast
 

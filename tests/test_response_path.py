@@ -20,14 +20,14 @@ import numpy as np
 import pybase64
 import pytest
 
-from server.generate import asked_of, respond_routed
-from server.schemas import RoutingOptions
-from server.wire import respond
-from sglang_r3.capture.payload import PayloadBytes, encode_payload
-from sglang_r3.layout import LayerInfo, ModelLayout
-from sglang_r3.patches.responses import take_payload
-from sglang_r3.record import RoutingRecord, token_digest
-from sglang_r3.response import PARKED, ask, unpark
+from sglang_r3_server.generate import asked_of, respond_routed
+from sglang_r3_server.schemas import RoutingOptions
+from sglang_r3_server.wire import respond
+from sglang_r3.serving.capture.payload import PayloadBytes, encode_payload
+from sglang_r3.core.layout import LayerInfo, ModelLayout
+from sglang_r3.serving.patches.responses import take_payload
+from sglang_r3.core.record import RoutingRecord, token_digest
+from sglang_r3.serving.response import PARKED, ask, unpark
 
 pytestmark = pytest.mark.sglang
 
@@ -136,7 +136,7 @@ def test_the_payload_crosses_to_sglangs_detokenizer_as_bytes_it_encodes_unchange
 def test_a_request_that_did_not_say_gets_sglangs_contract_from_the_hook_itself(monkeypatch):
     # The OpenAI endpoints' HTTP request (no state of ours) and sglang.Engine's (none): upstream's int32
     # routed_experts and the record's JSON wire form, built where the output leaves the TokenizerManager.
-    import sglang_r3.patches.responses as hook
+    import sglang_r3.serving.patches.responses as hook
 
     monkeypatch.setattr(hook, "served_layout", lambda tm: LAYOUT)
     for request in (None, _Request()):
@@ -149,8 +149,8 @@ def test_a_request_that_did_not_say_gets_sglangs_contract_from_the_hook_itself(m
 
 
 def test_a_record_asked_by_reference_goes_to_the_store_once_and_the_body_carries_only_its_handle(monkeypatch):
-    from server import refs
-    from sglang_r3.settings import StoreSettings
+    from sglang_r3_server import refs
+    from sglang_r3.core.settings import StoreSettings
 
     cfg = StoreSettings(store="r3-store-e0", namespace="ns", engine="e0", incarnation=3, ray_address="auto")
     stored = []

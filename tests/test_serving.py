@@ -11,9 +11,9 @@ import msgpack
 import numpy as np
 import pytest
 
-from sglang_r3.embedded import EMBEDDED_CONFIG
-from sglang_r3.layout import ModelLayout
-from sglang_r3.record import RoutingRecord
+from sglang_r3.dev.embedded import EMBEDDED_CONFIG
+from sglang_r3.core.layout import ModelLayout
+from sglang_r3.core.record import RoutingRecord
 from tests.routing_http import TIMEOUT, fetch_layout, flush_cache, full_ids, greedy, ids, record_of
 
 PROMPTS = ["The quick brown fox", "Routing replay keeps the policy ratio honest.", "abc"]
@@ -228,7 +228,7 @@ def test_the_servers_generate_is_ours_and_sglangs_other_routes_still_answer(nosp
     assert r.status_code == 200, r.text
     meta = r.json()["meta_info"]
     assert set(meta["routing"]) == ROUTING_FIELDS and "routed_experts" not in meta
-    from sglang_r3.record import RoutingRecord
+    from sglang_r3.core.record import RoutingRecord
 
     rec = RoutingRecord.from_wire(meta["routing"])
     assert rec.start == 0 and rec.num_tokens == len(ids) + len(r.json()["output_ids"]) - 1

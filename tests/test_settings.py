@@ -1,4 +1,4 @@
-"""``sglang_r3.settings``: every SGLANG_R3_* variable parsed once per process, bad values named, published
+"""``sglang_r3.core.settings``: every SGLANG_R3_* variable parsed once per process, bad values named, published
 values seen by this process and its children; the capture-needs table our launcher adds from."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from sglang_r3 import settings
-from sglang_r3.settings import Settings, SettingsError, StoreSettings, parse
+from sglang_r3.core import settings
+from sglang_r3.core.settings import Settings, SettingsError, StoreSettings, parse
 
 pytestmark = pytest.mark.fast
 
@@ -96,7 +96,7 @@ def test_published_settings_reach_a_child_process(monkeypatch):
     _clean(monkeypatch)
     store = StoreSettings(store="s", namespace="ns", engine="e", incarnation=2, ray_address="a:1")
     settings.publish({settings.ENABLED: "1", settings.DEFAULT_ROUTING: "ref"}, **store.environ())
-    code = ("from sglang_r3 import settings; s = settings.current(); "
+    code = ("from sglang_r3.core import settings; s = settings.current(); "
             "print(s.enabled, s.default_routing, s.store.engine, s.store.incarnation, s.cpu)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["True", "ref", "e", "2", "False"]

@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from sglang_r3 import settings
-from sglang_r3.launch_server import resolve_argv
+from sglang_r3.core import settings
+from sglang_r3.serving.launch import resolve_argv
 
 pytestmark = pytest.mark.sglang
 
@@ -28,7 +28,7 @@ def sglang_args():
     # host; resolution also exports env vars. Restore the environment so later tests (which start real
     # servers) see the one they would have seen without this module.
     saved = dict(os.environ)
-    from sglang_r3.cpu import activate_cpu_runtime, has_gpu
+    from sglang_r3.dev.cpu import activate_cpu_runtime, has_gpu
 
     if not has_gpu():
         activate_cpu_runtime()
@@ -40,7 +40,7 @@ def sglang_args():
 
 
 def _check(prepare_server_args, flags, *, pass_argv=True):
-    from sglang_r3.patches.startup_checks import check_supported
+    from sglang_r3.serving.patches.startup_checks import check_supported
 
     argv = resolve_argv(flags, cpu=True)
     server_args = prepare_server_args(argv)
@@ -49,7 +49,7 @@ def _check(prepare_server_args, flags, *, pass_argv=True):
 
 
 def _refusal(prepare_server_args, flags, **kw):
-    from sglang_r3.patches.startup_checks import UnsupportedConfigError
+    from sglang_r3.serving.patches.startup_checks import UnsupportedConfigError
 
     with pytest.raises(UnsupportedConfigError) as info:
         _check(prepare_server_args, flags, **kw)
@@ -401,7 +401,7 @@ def test_opt_in_launch_of_a_sliding_window_model_on_cpu_without_one_full_pool_is
     # SGLang's own launchers under SGLANG_R3_ENABLED=1 add nothing: the missing setting is named.
     from sglang.srt.arg_groups.overrides import resolving_view
 
-    from sglang_r3.patches.opt_in import missing_settings
+    from sglang_r3.serving.patches.opt_in import missing_settings
 
     argv = ["--model-path", _step3p5_dir(tmp_path)[1], "--enable-return-routed-experts", "--device", "cpu",
             "--attention-backend", "torch_native", "--disable-overlap-schedule", "--disable-cuda-graph"]
@@ -419,6 +419,6 @@ def test_opt_in_launch_of_a_sliding_window_model_on_cpu_without_one_full_pool_is
 
 
 def _embedded() -> str:
-    from sglang_r3.embedded import ensure_embedded_model
+    from sglang_r3.dev.embedded import ensure_embedded_model
 
     return str(ensure_embedded_model())

@@ -58,7 +58,7 @@ def test_every_architecture_is_captured_exactly_or_refused_by_name(rows):
 
 
 def test_every_rule_of_the_registry_is_in_the_sweep(rows):
-    from sglang_r3.families import SUPPORTED_ARCHITECTURES
+    from sglang_r3.core.families import SUPPORTED_ARCHITECTURES
 
     assert set(SUPPORTED_ARCHITECTURES) <= {r["architecture"] for r in rows if r["status"] == "rule"}
 
@@ -78,8 +78,8 @@ def test_a_layout_that_disagrees_with_sglangs_module_tree_is_refused_naming_the_
 import dataclasses, sys
 from tests import sweep
 sweep.init_runtime()
-from sglang_r3.layout import layout_from_hf_config, ModelLayout, LayerInfo
-from sglang_r3.patches import served_layout
+from sglang_r3.core.layout import layout_from_hf_config, ModelLayout, LayerInfo
+from sglang_r3.serving.patches import served_layout
 mt, values = sweep.SPECS["Qwen3MoeForCausalLM"]
 cfg = sweep.config_object("Qwen3MoeForCausalLM", mt, values)
 layout = layout_from_hf_config(cfg)

@@ -43,8 +43,8 @@ sys.meta_path.insert(0, _Absent())
 # Small Glm4Moe config: layers 0 dense, 1-2 MoE, one MTP layer; 8 experts, top-2.
 LAYOUT_AND_RECORD = """
 import msgpack, numpy as np
-from sglang_r3.layout import layout_from_hf_config
-from sglang_r3.record import RoutingRecord, token_digest
+from sglang_r3.core.layout import layout_from_hf_config
+from sglang_r3.core.record import RoutingRecord, token_digest
 layout = layout_from_hf_config({
     "architectures": ["Glm4MoeForCausalLM"], "num_hidden_layers": 3, "n_routed_experts": 8,
     "num_experts_per_tok": 2, "first_k_dense_replace": 1, "num_nextn_predict_layers": 1,
@@ -83,8 +83,8 @@ def test_the_blocker_makes_sglang_unimportable():
 
 def test_client_and_records_work_without_sglang_or_torch():
     out = _ok(_run(LAYOUT_AND_RECORD + """
-import sglang_r3.client
-from sglang_r3.client import RoutingClient, decode_routing
+import sglang_r3.trainer.client
+from sglang_r3.trainer.client import RoutingClient, decode_routing
 meta = {"routing": record.to_wire(binary=True)}
 assert np.array_equal(decode_routing(meta).experts, experts)
 print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & (BLOCKED | {"torch"}))))
@@ -94,7 +94,7 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & (BLOCKED | {"to
 
 def test_trainer_checks_and_joins_records_without_sglang():
     out = _ok(_run(LAYOUT_AND_RECORD + """
-import sglang_r3.client, sglang_r3.trainer
+import sglang_r3.trainer.client, sglang_r3.trainer
 from sglang_r3.trainer import check_records
 from sglang_r3.trainer.join import RecordPart, join_records
 assert check_records([binary_form], [tokens], layout, weight_version="v1") == [5]
@@ -151,7 +151,7 @@ def test_python_310_to_312_may_install_the_trainer_side():
 
 def test_sglang_plugin_entry_point_is_kept():
     eps = _pyproject()["project"]["entry-points"]["sglang.srt.plugins"]
-    assert eps == {"sglang_r3": "sglang_r3.plugin:plugin"}
+    assert eps == {"sglang_r3": "sglang_r3.serving.plugin:plugin"}
 
 
 def test_built_metadata_requires_sglang_only_under_the_server_extra(tmp_path):
@@ -159,9 +159,12 @@ def test_built_metadata_requires_sglang_only_under_the_server_extra(tmp_path):
     pytest.importorskip("setuptools.build_meta")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, tmp_path / name)
-    for pkg in ("sglang_r3", "server", "benchmarks"):
-        (tmp_path / pkg).mkdir()
-        (tmp_path / pkg / "__init__.py").write_text("")
+    tool = _pyproject()["tool"]["setuptools"]
+    for pkg in tool["packages"]:
+        top, *rest = pkg.split(".")
+        folder = tmp_path / tool["package-dir"].get(top, top) / Path(*rest)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "__init__.py").write_text("")
     out = tmp_path / "meta"
     out.mkdir()
     proc = subprocess.run(

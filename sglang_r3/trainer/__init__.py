@@ -1,24 +1,30 @@
-"""Trainer side of R3, the replay API: check SGLang routing records and replay them into megatron-core's
-routers. Health, fidelity and model checks are in ``sglang_r3.trainer.diagnostics``."""
+"""The trainer wing's replay API: check SGLang routing records and replay them into megatron-core's routers.
+Diagnostics (health, fidelity, model check, MTP losses) are in ``sglang_r3.trainer.diagnostics``; the
+rollout client in ``sglang_r3.trainer.client``. Names load on first use, so the client and the records
+work in an image without torch."""
 
-from sglang_r3.trainer.errors import ModelMismatchError, ReplayError
-from sglang_r3.trainer.filler import FillSummary, ReplayFiller
-from sglang_r3.trainer.join import JoinedRecord, RecordPart, Segment, join_records
-from sglang_r3.trainer.packing import PackedRows, TokenLayout, pack_rows
-from sglang_r3.trainer.validate import check_record, check_records
+from __future__ import annotations
 
-__all__ = [
-    "FillSummary",
-    "JoinedRecord",
-    "ModelMismatchError",
-    "PackedRows",
-    "RecordPart",
-    "ReplayError",
-    "ReplayFiller",
-    "Segment",
-    "TokenLayout",
-    "check_record",
-    "check_records",
-    "join_records",
-    "pack_rows",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ModelMismatchError": "errors", "ReplayError": "errors",
+    "FillSummary": "filler", "ReplayFiller": "filler",
+    "JoinedRecord": "join", "RecordPart": "join", "Segment": "join", "join_records": "join",
+    "PackedRows": "packing", "TokenLayout": "packing", "pack_rows": "packing",
+    "check_record": "validate", "check_records": "validate",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'sglang_r3.trainer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"sglang_r3.trainer.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

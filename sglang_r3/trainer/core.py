@@ -14,8 +14,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, TypeVar
 import numpy as np
 import torch
 
-from sglang_r3.layout import ModelLayout
-from sglang_r3.record import RecordError
+from sglang_r3.core.layout import ModelLayout
+from sglang_r3.core.record import RecordError
 from sglang_r3.trainer.discovery import RouterSite, as_chunks, find_routers
 from sglang_r3.trainer.errors import ReplayError
 from sglang_r3.trainer.health import HealthBook, HealthCounts, LiveMeter, RouterMeter, in_backward

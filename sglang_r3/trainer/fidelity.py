@@ -11,8 +11,8 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from sglang_r3.layout import ModelLayout
-from sglang_r3.record import RoutingRecord
+from sglang_r3.core.layout import ModelLayout
+from sglang_r3.core.record import RoutingRecord
 from sglang_r3.trainer.errors import ReplayError
 from sglang_r3.trainer.packing import TokenLayout, pack_rows
 from sglang_r3.trainer.validate import check_records

@@ -13,8 +13,8 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from sglang_r3.layout import ModelLayout
-from sglang_r3.record import RoutingRecord
+from sglang_r3.core.layout import ModelLayout
+from sglang_r3.core.record import RoutingRecord
 from sglang_r3.trainer.core import RouterBinding, RouterState, pack_microbatches, router_device
 from sglang_r3.trainer.discovery import RouterSite, as_chunks
 from sglang_r3.trainer.errors import ReplayError

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
 
-from sglang_r3.layout import ModelLayout
+from sglang_r3.core.layout import ModelLayout
 from sglang_r3.trainer.discovery import RouterSite, as_chunks, decoder_layer_ids
 from sglang_r3.trainer.errors import ModelMismatchError
 

@@ -9,8 +9,8 @@ from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
-from sglang_r3.layout import ModelLayout
-from sglang_r3.record import RecordError, RoutingRecord, token_array, token_digest
+from sglang_r3.core.layout import ModelLayout
+from sglang_r3.core.record import RecordError, RoutingRecord, token_array, token_digest
 
 
 def sample_token_ids(tokens: Any, sample: int = 0) -> np.ndarray:

@@ -185,7 +185,7 @@ def converted_embedded_model(**config_overrides):
     key = tuple(sorted(config_overrides.items()))
     if key not in _CONVERTED:
         init_megatron_cpu()
-        from sglang_r3.embedded import ensure_embedded_model
+        from sglang_r3.dev.embedded import ensure_embedded_model
         from tests.trainer.convert import load_glm_megatron
 
         _CONVERTED[key] = load_glm_megatron(ensure_embedded_model(), **config_overrides)[0]

@@ -8,13 +8,13 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from sglang_r3.layout import ROLE_MTP, LayerInfo, ModelLayout
-from sglang_r3.record import RoutingRecord, token_digest
+from sglang_r3.core.layout import ROLE_MTP, LayerInfo, ModelLayout
+from sglang_r3.core.record import RoutingRecord, token_digest
 
 
 def embedded_layout() -> ModelLayout:
-    from sglang_r3.embedded import ensure_embedded_model
-    from sglang_r3.layout import layout_from_model_path
+    from sglang_r3.dev.embedded import ensure_embedded_model
+    from sglang_r3.core.layout import layout_from_model_path
 
     return layout_from_model_path(str(ensure_embedded_model()))
 

@@ -1,6 +1,6 @@
 """Test stand-in for slime's trainer process around R3: the extension points and the order of a training step.
 
-slime is not on PyPI; this re-implements (not copies) what ``sglang_r3.integrations.slime.install`` meets in
+slime is not on PyPI; this re-implements (not copies) what ``sglang_r3.trainer.slime.install`` meets in
 slime, from the public source of THUDM/slime at commit 624b824 (``slime_reference.SLIME_COMMIT``):
 
 * ``slime/utils/misc.py``: ``load_function(path)`` (cached; ``module.attr`` by ``importlib``).

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from megatron_cpu import RouterSpy, converted_embedded_model, forward_loss
-from sglang_r3.client import RoutingClient
+from sglang_r3.trainer.client import RoutingClient
 from sglang_r3.trainer import ReplayError, ReplayFiller
 from sglang_r3.trainer.diagnostics import fidelity_report, logprob_drift, mtp_draft_agreement, topk_set_agreement
 
@@ -46,7 +46,7 @@ def test_logprob_drift_is_the_k3_estimator_and_counts_ratios_beyond_two():
 
 
 def test_mtp_draft_agreement_refuses_entries_of_another_sample():
-    from sglang_r3.record import MtpRouting
+    from sglang_r3.core.record import MtpRouting
 
     mtp = MtpRouting(
         positions=np.array([0, 1], np.int32), depth=np.array([1, 1], np.uint8), step=np.array([0, 0], np.uint8),

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from megatron_cpu import RouterSpy, TinyMoeSpec, build_gpt, causal_mask
-from sglang_r3.record import RoutingRecord, token_digest
+from sglang_r3.core.record import RoutingRecord, token_digest
 from sglang_r3.trainer import ReplayError, ReplayFiller, pack_rows
 from sglang_r3.trainer.diagnostics import HealthBook, measure_router, measured_compute_topk
 

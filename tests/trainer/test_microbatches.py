@@ -12,7 +12,7 @@ import torch
 
 from megatron_cpu import RouterSpy, TinyMoeSpec, build_gpt, causal_mask
 from replay_helpers import synthetic_batch
-from sglang_r3.record import RecordError
+from sglang_r3.core.record import RecordError
 from sglang_r3.trainer import ReplayError, ReplayFiller, pack_rows
 from sglang_r3.trainer.core import state_of
 

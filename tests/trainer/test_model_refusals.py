@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from replay_helpers import replace_layer, with_mtp
-from sglang_r3.layout import ROLE_DENSE, ROLE_MOE, LayerInfo, ModelLayout
+from sglang_r3.core.layout import ROLE_DENSE, ROLE_MOE, LayerInfo, ModelLayout
 from sglang_r3.trainer import ModelMismatchError, ReplayFiller
 from sglang_r3.trainer.diagnostics import find_routers
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from replay_helpers import synthetic_batch, synthetic_record, synthetic_sample, synthetic_tokens
-from sglang_r3.layout import ModelLayout
-from sglang_r3.record import RecordError, RoutingRecord, token_digest
+from sglang_r3.core.layout import ModelLayout
+from sglang_r3.core.record import RecordError, RoutingRecord, token_digest
 from sglang_r3.trainer import ReplayFiller, check_record, check_records
 
 pytestmark = pytest.mark.fast

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from megatron_cpu import RouterSpy, causal_mask, converted_embedded_model
-from sglang_r3.client import RoutingClient
+from sglang_r3.trainer.client import RoutingClient
 from sglang_r3.trainer import ReplayFiller
 from sglang_r3.trainer.diagnostics import merge_mtp_agreements, mtp_draft_agreement
 from tests.trainer.convert import ConversionError, GlmMoeConfig, megatron_state_from_hf, read_safetensors
@@ -113,7 +113,7 @@ def test_mtp_drafts_over_verified_tokens_route_as_the_trainers_live_mtp_router(r
 
 
 def test_converter_refuses_a_checkpoint_megatron_cannot_represent(tmp_path):
-    from sglang_r3.embedded import ensure_embedded_model
+    from sglang_r3.dev.embedded import ensure_embedded_model
 
     path = ensure_embedded_model()
     cfg = json.loads((path / "config.json").read_text())

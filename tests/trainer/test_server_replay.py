@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from megatron_cpu import RouterSpy, forward_loss
-from sglang_r3.client import RoutingClient
-from sglang_r3.embedded import EMBEDDED_CONFIG
-from sglang_r3.record import token_digest
+from sglang_r3.trainer.client import RoutingClient
+from sglang_r3.dev.embedded import EMBEDDED_CONFIG
+from sglang_r3.core.record import token_digest
 from sglang_r3.trainer import ReplayFiller
 
 

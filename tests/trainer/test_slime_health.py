@@ -35,7 +35,7 @@ from test_slime_integration import (  # noqa: F401  (fixtures: the slime trainin
     slime_process,
     upstream,
 )
-from sglang_r3.integrations.slime import fill_routing_replay, health, health_counts
+from sglang_r3.trainer.slime import fill_routing_replay, health, health_counts
 from sglang_r3.trainer import ReplayError
 from sglang_r3.trainer.diagnostics import find_routers
 

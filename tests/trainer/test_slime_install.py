@@ -1,4 +1,4 @@
-"""The zero-edit path: ``--custom-megatron-init-path sglang_r3.integrations.slime.install`` inside slime's own step.
+"""The zero-edit path: ``--custom-megatron-init-path sglang_r3.trainer.slime.install`` inside slime's own step.
 
 slime is not on PyPI: ``slime_reference`` (RoutingReplay, compute_topk, the megatron.patch R3 hunks on the
 installed megatron-core 0.16.1, slime's row preparation) and ``slime_actor_reference`` (initialize.init's hook
@@ -32,11 +32,11 @@ from replay_helpers import synthetic_batch
 from test_health import _records, _samples
 from test_slime_health import plain_counts, planted
 from test_slime_integration import GLM_STYLE, RECOMPUTE, STAGE, Spy, chosen, mtp_oracle, slime_rows, upstream
-from sglang_r3 import settings
-from sglang_r3.integrations import slime as r3_slime
-from sglang_r3.integrations.slime import INSTALL_PATH, SlimeInstallError, install
-from sglang_r3.layout import layout_from_model_path
-from sglang_r3.record import RecordError
+from sglang_r3.core import settings
+from sglang_r3.trainer import slime as r3_slime
+from sglang_r3.trainer.slime import INSTALL_PATH, SlimeInstallError, install
+from sglang_r3.core.layout import layout_from_model_path
+from sglang_r3.core.record import RecordError
 
 pytestmark = pytest.mark.fast
 
@@ -52,7 +52,7 @@ NUM_MICROBATCHES = [1, 2]
 def hf_checkpoints(tmp_path_factory):
     """--hf-checkpoint per MTP count: the embedded GLM-style checkpoint's config (1 MTP layer), and the same
     with num_nextn_predict_layers=3 (config.json is what the layout is read from)."""
-    from sglang_r3.embedded import ensure_embedded_model
+    from sglang_r3.dev.embedded import ensure_embedded_model
 
     one = str(ensure_embedded_model())
     three = tmp_path_factory.mktemp("glm_mtp3")
@@ -98,7 +98,7 @@ def build_model(mtp_layers: int, seed: int):
 
 
 def start_actor(hf_checkpoints, mtp_layers, *, seed=41, **overrides):
-    """slime's MegatronTrainRayActor.init with --custom-megatron-init-path sglang_r3.integrations.slime.install."""
+    """slime's MegatronTrainRayActor.init with --custom-megatron-init-path sglang_r3.trainer.slime.install."""
     slime.RoutingReplay.all_routing_replays = []
     sar.BUILD_MODEL = build_model(mtp_layers, seed)
     kw = dict(custom_megatron_init_path=INSTALL_PATH, hf_checkpoint=hf_checkpoints[mtp_layers],
@@ -203,7 +203,7 @@ def test_without_the_hook_slimes_own_fill_raises_the_seed_assertion(slime_traine
 def _upstream_arrays(layout, tokens, seed):
     recs, _ = synthetic_batch(layout, [len(t) for t in tokens], seed=seed)
     # synthetic_batch makes its own token ids; rebuild the records for ours (rows are what matters here).
-    from sglang_r3.record import RoutingRecord, token_digest
+    from sglang_r3.core.record import RoutingRecord, token_digest
 
     recs = [RoutingRecord(layout=r.layout, start=0, layers=r.layers, experts=r.experts, tokens_digest=token_digest(t))
             for r, t in zip(recs, tokens)]

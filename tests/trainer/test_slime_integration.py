@@ -1,4 +1,4 @@
-"""Seed 001 inside slime's own replay: ``sglang_r3.integrations.slime.fill_routing_replay`` on real megatron-core.
+"""Seed 001 inside slime's own replay: ``sglang_r3.trainer.slime.fill_routing_replay`` on real megatron-core.
 
 slime is not on PyPI: ``slime_reference`` is a stand-in written from THUDM/slime 624b824 (its RoutingReplay,
 register_routing_replay, compute_topk, the two megatron.patch R3 hunks applied to the installed
@@ -23,8 +23,8 @@ import torch
 import slime_reference as slime
 from megatron_cpu import TinyMoeSpec, build_gpt, causal_mask, routers
 from replay_helpers import replace_layer, synthetic_batch
-from sglang_r3.integrations.slime import fill_routing_replay
-from sglang_r3.record import RecordError
+from sglang_r3.trainer.slime import fill_routing_replay
+from sglang_r3.core.record import RecordError
 from sglang_r3.trainer import ModelMismatchError, ReplayError
 from sglang_r3.trainer.diagnostics import mtp_loss_metrics
 
@@ -408,7 +408,7 @@ def test_rows_are_slimes_own_preparation_under_cp_tp_sp(monkeypatch, glm_layout,
                                                          allgather_cp, multiplier):
     """Every row a rank records, pad rows included, is the row slime's cp_utils.py gives that rank."""
     from megatron.core import parallel_state as mpu
-    from sglang_r3.integrations.slime import layer_rows
+    from sglang_r3.trainer.slime import layer_rows
     from sglang_r3.trainer import TokenLayout
 
     for name, value in (("get_tensor_model_parallel_world_size", tp), ("get_tensor_model_parallel_rank", tp_rank),
@@ -450,7 +450,7 @@ def test_model_that_does_not_match_the_layout_is_refused_naming_the_difference(s
 
 @pytest.mark.parametrize("bad", ["other_tokens", "other_weights", "other_fingerprint", "bare_lengths"])
 def test_records_that_do_not_belong_fill_nothing(slime_process, glm_layout, bad):
-    from sglang_r3.layout import ModelLayout
+    from sglang_r3.core.layout import ModelLayout
 
     model = slime_process(1)
     fill_routing_replay(model, make_microbatches(glm_layout), glm_layout)

@@ -1,0 +1,1 @@
+"""The CPU/dev runtime: SGLang on a host without a GPU, and the embedded default model."""

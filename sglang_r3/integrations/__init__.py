@@ -1,1 +1,0 @@
-"""Drop-in pieces for RL frameworks that drive R3 themselves (``sglang_r3.integrations.slime``)."""

@@ -1,0 +1,1 @@
+"""The serving wing: capture inside SGLang, the launch paths, responses, the Ray fleet."""

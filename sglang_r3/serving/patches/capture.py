@@ -1,0 +1,281 @@
+"""Our capturer in SGLang 0.5.23 in place of upstream's (whose host buffer needs cudaHostRegister): the target
+runner gets a ``RoutingCapturer``, draft runners their routers checked and attached to the MTP capturer, the
+single capture site routes main and draft routers apart, request finish gathers rows into the payload, and
+the counters reach ``/routing/stats``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import numpy as np
+
+from sglang_r3.serving.capture import CaptureViolation, RoutingCapturer, encode_payload
+from sglang_r3.serving.capture.capturer import CAPTURE_MODE_CODES
+from sglang_r3.serving.capture.payload import PayloadBytes, RoutingUnavailable
+from sglang_r3.serving.metrics import metrics
+from sglang_r3.serving.patches import served_layout
+from sglang_r3.serving.patches.dp_rows import local_rows_fn
+from sglang_r3.serving.patches.hooks import register
+from sglang_r3.serving.patches.runtime import capturer as _capturer, layout_of
+from sglang_r3.core.record import token_digest
+
+logger = logging.getLogger(__name__)
+
+_MR = "sglang.srt.model_executor.model_runner.ModelRunner"
+_TOPK_MOD = "sglang.srt.layers.moe.topk"
+_BRP = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
+_ISC = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
+
+
+def _router_layer_ids(model) -> list:
+    from sglang.srt.layers.moe.topk import TopK
+
+    return sorted({m.layer_id for m in model.modules() if isinstance(m, TopK)})
+
+
+def install_our_capturer(original, self, *args, **kwargs):
+    from sglang.srt.runtime_context import get_exec
+    from sglang.srt.state_capturer.routed_experts import set_global_experts_capturer
+
+    if not get_exec().features.enable_return_routed_experts:
+        return original(self, *args, **kwargs)
+    from sglang_r3.serving.patches.hooks import verify_applied
+
+    verify_applied()  # the scheduler's hooks all bound (patches/hooks.py), or this scheduler does not start
+    if self.is_draft_worker:
+        _init_draft_runner(self)
+        return None
+    layout = layout_of(self.model_config)
+    _refuse_routers_that_skip_capture(self.model)
+    live = _router_layer_ids(self.model)
+    if live != list(layout.moe_layer_ids):
+        raise RuntimeError(
+            f"sglang-r3: {layout.architecture}: the layout built from the config says main MoE layers are "
+            f"{list(layout.moe_layer_ids)}, but the loaded model has routers at layers {live}; refusing to capture "
+            "mislabelled routing"
+        )
+    # Per router: the experts and top-k SGLang built are the layout's (patches/served_layout.py).
+    served_layout.check_main(self.model, layout)
+    num_slots = self.kv_index_translator.capture_token_capacity(self.max_token_pool_size)
+    cap = RoutingCapturer(layout, num_slots=num_slots, max_batch_tokens=max_forward_tokens(self), device=self.device)
+    global _local_rows
+    _local_rows = local_rows_fn(cap.max_tokens, layout.topk, self.device)
+    set_global_experts_capturer(cap)
+    _follow_kv_moves(cap, self.token_to_kv_pool)
+    logger.info("sglang-r3 capture: %s, %d KV slots", layout.summary(), num_slots)
+    return None
+
+
+def _refuse_routers_that_skip_capture(model) -> None:
+    """Fused runners that route inside their kernel (TRITON_KERNEL / BYPASSED outputs) never call the
+    capture site. Eager forwards would be caught per forward (their rows invalidated), but a replayed
+    CUDA graph cannot be: refuse at start-up, naming the backend flag."""
+    from sglang.srt.layers.moe.topk import TopK, TopKOutputFormat
+
+    bad = sorted({
+        (m.layer_id, m.topk_config.output_format.name)
+        for m in model.modules()
+        if isinstance(m, TopK)
+        and m.topk_config.allow_routed_experts_capture
+        and m.topk_config.output_format not in (None, TopKOutputFormat.STANDARD)
+    })
+    if bad:
+        raise RuntimeError(
+            f"sglang-r3: MoE routers {bad} (layer id, top-k output format) route inside a fused kernel and "
+            "skip the routing capture site; choose another --moe-runner-backend"
+        )
+
+
+def max_forward_tokens(runner) -> int:
+    """The most tokens one target forward can route, from the server's limits.
+
+    The staging buffer is sized from this once: CUDA graphs keep writing into the
+    storage they were recorded with, so it can never be replaced by a bigger one.
+    """
+    from sglang.srt.runtime_context import cutedsl_moe_max_num_tokens, get_schedule, get_spec
+
+    schedule, spec = get_schedule(), get_spec()
+    per_req = (spec.speculative_num_draft_tokens or 1) if spec.speculative_algorithm else 1
+    chunked = schedule.chunked_prefill_size
+    # Without chunked prefill the first request of a prefill batch may be as long as the context.
+    prefill = chunked if chunked and chunked > 0 else runner.model_config.context_len
+    # Under DP attention a rank's rows are its window of the gathered batch: its own tokens (MAX_LEN
+    # padding pads to the longest rank, which is bounded the same way), rounded up to a multiple of the
+    # attention-TP width (ForwardBatch.prepare_mlp_sync_batch).
+    from sglang.srt.runtime_context import get_parallel
+
+    return int(max(
+        prefill,
+        schedule.max_prefill_tokens or 0,
+        (runner.max_running_requests or 1) * per_req,
+        cutedsl_moe_max_num_tokens(),
+    )) + get_parallel().attn_tp_size - 1
+
+
+def _follow_kv_moves(cap: RoutingCapturer, kv_pool) -> None:
+    """Rows are keyed by KV slot, so a KV move (EAGLE tree drafting keeps accepted tokens' KV at
+    new slots, ``move_accept_tokens_to_target_kvcache``) must move the rows with it."""
+    from sglang_r3.serving.patches.hooks import check_instance
+
+    original = kv_pool.move_kv_cache
+    check_instance("sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.move_kv_cache", original)
+
+    def move_kv_cache(tgt_loc, src_loc, *args, **kwargs):
+        out = original(tgt_loc, src_loc, *args, **kwargs)
+        cap.move_rows(src_loc, tgt_loc)
+        return out
+
+    kv_pool.move_kv_cache = move_kv_cache
+
+
+def _init_draft_runner(runner) -> None:
+    from sglang.srt.layers.moe.topk import TopK
+
+    cap = _capturer()
+    routers = [m for m in runner.model.modules() if isinstance(m, TopK)]
+    leaking = [m.layer_id for m in routers if m.topk_config.allow_routed_experts_capture]
+    if leaking:
+        raise CaptureViolation(
+            f"sglang-r3: draft model routers at layer ids {leaking} are allowed to write main routing rows; "
+            "refusing to start (draft routing must never overwrite target rows)"
+        )
+    if cap is None:
+        return
+    # The draft model's routers are the layout's MTP layers: none where those are dense, their experts and
+    # top-k where they route (patches/served_layout.py).
+    served_layout.check_draft(served_layout.routers_of(runner.model), cap.layout)
+    from sglang_r3.serving.patches import draft as draft_patch
+
+    draft_patch.attach_draft_runner(cap, runner, routers, max_tokens=cap.max_tokens)
+
+
+# This rank's rows of a router's top-k under DP attention / DeepEP (patches/dp_rows.py); None: the
+# router's batch is this scheduler's own.
+_local_rows = None
+
+
+def route_topk_to_capturers(topk_config, layer_id, topk_ids) -> None:
+    cap = _capturer()
+    if cap is None:
+        from sglang.srt.state_capturer.routed_experts import get_global_experts_capturer
+
+        if topk_config.allow_routed_experts_capture and (up := get_global_experts_capturer()) is not None:
+            up.capture(layer_id=layer_id, topk_indices=topk_ids)
+        return
+    if topk_config.allow_routed_experts_capture:
+        if _local_rows is not None and (topk_ids := _local_rows(topk_ids)) is None:
+            cap.stats.extra["foreign_layouts"] = cap.stats.extra.get("foreign_layouts", 0) + 1
+            return  # its column stays unseen: the forward's rows are invalidated, not misfiled
+        cap.capture(layer_id, topk_ids)
+    elif cap.draft is not None and cap.capture_mtp:
+        if _local_rows is not None and (topk_ids := _local_rows(topk_ids)) is None:
+            cap.stats.extra["foreign_layouts"] = cap.stats.extra.get("foreign_layouts", 0) + 1
+            cap.draft.drop_staged()
+            return
+        cap.draft.capture(topk_config, topk_ids)
+
+
+def collect_request_rows(original, self, req):
+    cap = _capturer()
+    if cap is None or not req.return_routed_experts:
+        return original(self, req)
+    tokens = list(req.origin_input_ids) + list(req.output_ids_through_stop)
+    seqlen = len(tokens)
+    start = min(req.routed_experts_start_len, max(seqlen - 1, 0))
+    slots = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx][start : max(seqlen - 1, 0)]
+    rows, missing = cap.rows_for_slots(slots)
+    mtp = cap.draft.collect(req.kv.req_pool_idx, seqlen, tokens) if cap.draft is not None else None
+    error = None
+    if missing:
+        # Never hand out a row no target forward wrote: the request gets no rows and says why.
+        code = "capture_off" if not cap.capture_main else "missing_rows"
+        why = (
+            "routing capture is switched off (POST /routing/capture)"
+            if code == "capture_off"
+            else "their KV was computed by a forward that did not capture routing"
+        )
+        error = RoutingUnavailable(code, f"{missing} of {rows.shape[0]} rows were never captured: {why}",
+                                   missing, int(rows.shape[0]))
+        cap.stats.extra["requests_refused"] = cap.stats.extra.get("requests_refused", 0) + 1
+        rows = rows[:0]
+    rows = rows.numpy()
+    if rows.dtype == np.int16:
+        rows = rows.view(np.uint16)
+    payload = encode_payload(start, rows, mtp, tokens_digest=token_digest(tokens), error=error)
+    req.routed_experts = PayloadBytes(payload)
+    _export_counters(cap)
+    return None
+
+
+_exported = {"rows_captured": 0, "rows_invalidated": 0}
+
+
+def _export_counters(cap: RoutingCapturer) -> None:
+    """Hand the capturer's plain counters to Prometheus at request finish, not on the forward path."""
+    m = metrics()
+    if m is None:
+        return
+    for name, now in (("rows_captured", cap.stats.main_rows_written), ("rows_invalidated", cap.stats.rows_invalidated)):
+        if now > _exported[name]:
+            getattr(m, name).inc(now - _exported[name])
+            _exported[name] = now
+
+
+def add_capture_stats(result, self, *args, **kwargs):
+    cap = _capturer()
+    if cap is not None:
+        state = result.internal_state
+        state["sglang_r3"] = {
+            "layout": cap.layout.fingerprint,
+            "mode": cap.mode,
+            "host_bytes_per_slot": cap.host_bytes_per_slot(),
+            "staging_tokens": int(cap.max_tokens),
+            "staging_ptr": cap.staging_ptr(),
+            **cap.stats.as_dict(),
+            **({"draft": cap.draft.stats()} if cap.draft is not None else {}),
+            # Read live by the scheduler loop (control requests are served between batches, and
+            # while generation is paused), unlike /v1/loads' snapshot, which is only republished
+            # after a batch: what a client needs to know its request is inside this engine now.
+            "requests_held": _requests_held(self.scheduler),
+        }
+    return result
+
+
+def _requests_held(scheduler) -> int:
+    # The running batch still lists the requests its last step finished until the next schedule.
+    running = getattr(scheduler, "running_batch", None)
+    held = sum(1 for r in running.reqs if not r.finished()) if running is not None else 0
+    return held + len(getattr(scheduler, "waiting_queue", ()))
+
+
+def add_capture_mode_knob(handlers, self, *args, **kwargs):
+    """Add the ``sglang_r3_capture`` knob to SGLang's /set_internal_state handlers."""
+    from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected, _UpdateHandler
+
+    def validate(key, value):
+        if _capturer() is None:
+            raise UpdateRejected("sglang-r3 capture is not active in this scheduler")
+        if value not in CAPTURE_MODE_CODES:
+            raise UpdateRejected(f"{key} must be one of {CAPTURE_MODE_CODES}, got {value!r}")
+
+    def apply(key, value):
+        _capturer().set_mode(CAPTURE_MODE_CODES[int(value)])
+        return None
+
+    handlers["sglang_r3_capture"] = _UpdateHandler(validate, apply)
+    return handlers
+
+
+@functools.cache  # once per process, whichever process kinds install it
+def install_capture_patches() -> None:
+    register(f"{_MR}.init_routed_experts_capturer", install_our_capturer, "around")
+    register(f"{_TOPK_MOD}.capture_routed_experts_if_allowed", route_topk_to_capturers, "replace")
+    register(f"{_BRP}._maybe_collect_routed_experts", collect_request_rows, "around")
+    register(f"{_ISC}.get_internal_state", add_capture_stats, "after")
+    register(f"{_ISC}._update_handlers", add_capture_mode_knob, "after")
+
+    from sglang_r3.serving.patches.draft import install_draft_patches
+
+    install_draft_patches()

@@ -1,0 +1,62 @@
+"""CPU-only patches that let SGLang 0.5.23 run MTP/EAGLE speculative decoding.
+
+1. spec_ops: torch.library implementations of the ``torch.ops.sgl_kernel.*_cpu`` ops the
+   CPU speculative/KV path calls (verify_tree_greedy, build_tree_kernel_efficient,
+   assign_{req_to_token_pool,extend_cache_locs,draft_cache_locs_contiguous}, fill_{bonus_tokens,
+   accept_out_cache_loc}, build_draft_decode_metadata, rotate_input_ids,
+   reconstruct_indices_from_tree_mask, copy_all_layer_kv_cache); the CUDA wheel lacks them.
+2. attention (HookRegistry AROUND): TorchNativeAttnBackend.forward_extend gains TARGET_VERIFY,
+   .forward_decode multi-step draft decode, DraftBackendFactory._create_backend a torch_native
+   draft backend (DRAFT_EXTEND_V2 already works through the stock extend path).
+3. cuda_shims: torch.cuda.synchronize/empty_cache are no-ops without CUDA; host pools are not
+   page-locked (upstream's routed-experts host buffer runs on CPU then).
+4. llama4 (HookRegistry AROUND): Llama4Attention.forward uses RoPE's returned q/k and a float32 QK norm
+   (its non-CUDA branch drops the rotation and casts q/k to bfloat16); moe_forward_native runs top-1
+   experts that weigh their input (apply_router_weight_on_input), which it refused.
+5. ranks: more than one rank (TP, DP attention) on CPU: process groups without pynccl, and the
+   padded-row fill value the DP-attention MLP-sync padding asks torch_native for.
+Everything is skipped when CUDA is available; installing twice is a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
+
+_installed = False
+
+
+def _on_cpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def install_cpu_patches() -> None:
+    global _installed
+    if _installed or not _on_cpu():
+        return
+    _installed = True
+
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType, _current_plugin_source
+
+    from sglang_r3.serving.patches.cpu.attention import HOOKS
+    from sglang_r3.serving.patches.hooks import register
+    from sglang_r3.serving.patches.cpu.cuda_shims import install_cuda_shims, install_host_alloc_shim
+    from sglang_r3.serving.patches.cpu.spec_ops import register_spec_ops
+    from sglang_r3.serving.patches.cpu import llama4, ranks
+
+    install_cuda_shims()
+    install_host_alloc_shim()
+    added = register_spec_ops()
+    for target, hook in HOOKS + ranks.HOOKS + llama4.HOOKS:
+        register(target, hook, HookType.AROUND)  # binds or names the target (patches/hooks.py)
+    ranks.add_seq_len_fill_value()
+    # Inside load_plugins() SGLang applies registered hooks right after all
+    # plugins ran; applying here would mark targets patched and silently drop
+    # hooks other plugins register on them later. Called from anywhere else
+    # (e.g. a launcher before load_plugins), apply now.
+    if _current_plugin_source.get() is None:
+        HookRegistry.apply_hooks()
+    logger.info("sglang_r3 CPU patches installed (added sgl_kernel ops: %s)", ", ".join(added) or "none")

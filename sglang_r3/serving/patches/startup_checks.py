@@ -1,0 +1,416 @@
+"""Refuse, at start-up, SGLang 0.5.23 configurations under which routing capture would be wrong.
+
+Outside the envelope capture is written for (one scheduler routes its whole batch, rows keyed by KV slots
+only forwards write, drafts in ``EAGLEWorkerV2``, responses through our ``/generate``) the server would
+answer HTTP 200 with wrong rows. ``check_supported`` names every flag that leaves it, one line each,
+before SGLang starts a process: on the raw record (what the user asked for; some refused combinations
+also fail SGLang's own resolution) and again after ``resolve_once`` (what SGLang turns on by itself).
+"""
+
+# Deliberately not refused (tests pin each): expert parallelism without an all-to-all backend (every
+# rank routes the whole batch); EPLB (captured ids are the router's logical ones, before
+# topk_ids_logical_to_physical); --enable-single-batch-overlap (one select_experts per layer still);
+# --skip-tokenizer-init (responses still pass our /generate); plain --dp-size replicas (each its own
+# scheduler and capturer).
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, List, NamedTuple, Optional, Sequence
+
+from sglang_r3.core import settings
+
+# The only speculative algorithm whose worker (EAGLEWorkerV2) we hook; NEXTN is
+# SGLang's CLI alias for it.
+_HOOKED_ALGORITHMS = ("EAGLE", "NEXTN")
+
+# Worker each built-in algorithm gets in 0.5.23 (SpeculativeAlgorithm.create_worker):
+# there is no v1 worker left and no env selects one; EAGLE/EAGLE3 run
+# EAGLEWorkerV2 even with overlap disabled (synchronously).
+_WORKER_OF = {
+    "EAGLE3": "EAGLEWorkerV2 with an external EAGLE-3 draft head",
+    "STANDALONE": "StandaloneWorkerV2",
+    "NGRAM": "NGRAMWorker",
+    "FROZEN_KV_MTP": "FrozenKVMTPWorkerV2",
+    "DFLASH": "DFlashWorkerV2",
+    "DSPARK": "DSparkWorkerV2",
+    "UNO": "UnoWorkerV2",
+}
+
+_KV_RESTORE = (
+    "KV restored from host or storage lands in KV slots that no forward of this server captured, "
+    "so their rows would be stale or missing (rows are keyed by KV slot and only forwards write them)"
+)
+
+# MoE runner backends for which TopK.bind_runner_backend may pick a TopK output format
+# other than STANDARD: TRITON_KERNEL never calls capture_routed_experts_if_allowed, and
+# BYPASSED routes inside the fused kernel unless SGLang happens to materialize it.
+_IN_KERNEL_ROUTING_RUNNERS = ("triton_kernel", "flashinfer_trtllm", "experimental_sgl_trtllm", "flashinfer_mxfp4")
+
+
+class UnsupportedConfigError(ValueError):
+    """The server configuration would make routing capture return wrong rows; one line per flag."""
+
+    def __init__(self, refusals: Sequence["Refusal"]):
+        self.refusals = list(refusals)
+        lines = [
+            "sglang-r3 refuses to start: routing capture would return wrong rows under "
+            + ("this setting:" if len(self.refusals) == 1 else "these settings:")
+        ]
+        lines += [f"  {r.flag}: {r.reason}" for r in self.refusals]
+        lines.append(
+            "Remove the flag(s) above, or serve with plain `python -m sglang.launch_server` (no routing capture)."
+        )
+        super().__init__("\n".join(lines))
+
+    @property
+    def flags(self) -> List[str]:
+        return [r.flag for r in self.refusals]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    flag: str  # as the user typed it, with its value where it has one
+    reason: str
+
+
+def check_supported(server_args: Any, *, argv: Optional[Sequence[str]] = None) -> None:
+    """Raise ``UnsupportedConfigError`` listing every setting outside the capture envelope.
+
+    ``server_args`` is what ``prepare_server_args`` returned. This resolves it
+    (``resolve_once``; idempotent, so ``run_server`` does not resolve twice).
+    ``argv`` is the command line, used only to name flags as they were typed;
+    by default it is the one SGLang kept on the record.
+    """
+    from sglang.srt.arg_groups.overrides import resolving_view
+
+    if argv is None:
+        argv = (getattr(server_args, "_launch_command", None) or "").split()
+    names = _FlagNames(argv)
+    refusals = _refusals(server_args, names, resolved=False)
+    if refusals:
+        raise UnsupportedConfigError(refusals)
+    server_args.resolve_once()
+    refusals = _refusals(resolving_view(server_args), names, resolved=True, raw=server_args)
+    if refusals:
+        raise UnsupportedConfigError(refusals)
+
+
+# -- naming flags -------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _option_strings() -> dict:
+    """ServerArgs field -> its long CLI spellings (aliases included), from SGLang's own parser."""
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(add_help=False)
+    ServerArgs.add_cli_args(parser)
+    out: dict = {}
+    for action in parser._actions:
+        longs = tuple(s for s in action.option_strings if s.startswith("--"))
+        if longs:
+            out[action.dest] = out.get(action.dest, ()) + longs
+    return out
+
+
+_RAW = object()  # marker: the value is the one asked for, not changed by SGLang's resolution
+
+
+class _FlagNames:
+    def __init__(self, argv: Sequence[str]):
+        self.argv = list(argv)
+
+    def typed(self, field: str) -> Optional[str]:
+        """The spelling of ``field``'s flag on the command line, or None."""
+        for opt in _option_strings().get(field, ()):
+            if any(a == opt or a.startswith(opt + "=") for a in self.argv):
+                return opt
+        return None
+
+    def name(self, field: str, value: Any = None, *, resolved_from: Any = _RAW) -> str:
+        """The flag as the user typed it (``--tp-size 2``), or its canonical spelling; with a note when
+        SGLang's resolution changed the value (``resolved_from`` is then the value asked for)."""
+        typed = self.typed(field)
+        opts = _option_strings().get(field, ())
+        canonical = "--" + field.replace("_", "-")
+        flag = typed or (canonical if canonical in opts or not opts else opts[0])
+        text = flag if value is None else f"{flag} {value}"
+        if resolved_from is not _RAW:
+            if typed is None:
+                text += " (not on the command line: SGLang set it while resolving this configuration)"
+            else:
+                text += f" (SGLang resolved it from {resolved_from!r})"
+        elif typed is None and "--config" in self.argv:
+            text += " (from --config)"
+        return text
+
+
+# -- the rules ------------------------------------------------------------------
+
+
+def _refusals(cfg: Any, names: _FlagNames, *, resolved: bool, raw: Any = None) -> List[Refusal]:
+    """Every refusal for ``cfg``: the raw record, or the resolved view (then ``raw`` is the record)."""
+    out: List[Refusal] = []
+    for rule in (_parallelism, _moe_routing_layout, _kv_restore, _disaggregation, _speculative, _serving):
+        for hit in rule(cfg, names, resolved=resolved):
+            if hit.field.isupper():  # an environment variable, not a ServerArgs field
+                flag = f"{hit.field}={hit.value} (environment variable)"
+            else:
+                asked = getattr(raw, hit.field) if resolved else _RAW
+                changed = asked is not _RAW and asked != getattr(cfg, hit.field)
+                flag = names.name(hit.field, hit.value, resolved_from=asked if changed else _RAW)
+            out.append(Refusal(flag + hit.also, hit.reason))
+    return out
+
+
+class _Hit(NamedTuple):
+    field: str  # ServerArgs field (or environment variable) that leaves the envelope
+    value: Any  # shown after the flag; None for switches
+    reason: str
+    also: str = ""  # the rest of a refused combination, e.g. " together with --tp-size 2"
+
+
+Rule = Iterable[_Hit]
+
+
+def _parallelism(cfg, names, *, resolved) -> Rule:
+    # DP attention is served: each rank's rows are cut out of the gathered batch (patches/dp_rows.py).
+    if cfg.dwdp_size > 1:
+        yield _Hit("dwdp_size", cfg.dwdp_size, (
+            "DWDP runs attention DP across the TP ranks and routes each rank's own token shard; "
+            "our capturer assumes one local batch routed whole"
+        ))
+    if cfg.pp_size > 1:
+        yield _Hit("pp_size", cfg.pp_size, (
+            "layers live on different pipeline ranks, so no rank captures every MoE layer of a token "
+            "(and SGLang runs no MTP draft worker under pipeline parallelism)"
+        ))
+    cp_reason = (
+        "context parallelism splits one request's tokens and KV across ranks; our capturer keys rows "
+        "by this rank's KV slots and does not gather them across context-parallel ranks"
+    )
+    if cfg.attn_cp_size > 1:
+        yield _Hit("attn_cp_size", cfg.attn_cp_size, cp_reason)
+    if cfg.enable_prefill_cp:
+        yield _Hit("enable_prefill_cp", None, cp_reason)
+    if cfg.dcp_size > 1:
+        yield _Hit("dcp_size", cfg.dcp_size, (
+            "decode context parallelism spreads a request's KV across ranks; our capturer keys rows by "
+            "this rank's KV slots and does not gather them across ranks"
+        ))
+
+
+# All-to-all backends whose scattered tokens patches/dp_rows.py gathers across attention-TP ranks (as
+# upstream's RoutedExpertsCapturer.capture does for exactly these two).
+_GATHERED_A2A = ("deepep", "deepep_v2")
+
+
+def _moe_routing_layout(cfg, names, *, resolved) -> Rule:
+    from sglang.srt.runtime_context import attn_tp_size_of
+
+    # SGLang's own derivation: tp_size / (attn_dp_size * attn_cp_size).
+    attn_tp = attn_tp_size_of(cfg)
+    if attn_tp > 1:
+        also = f" together with {names.name('tp_size', cfg.tp_size)} (attention-TP width {attn_tp})"
+        if names.typed("ep_size"):
+            also += f" and {names.name('ep_size', cfg.ep_size)}"
+        scatter = (
+            f"the all-to-all scatters each forward's tokens across the {attn_tp} attention-TP ranks, so "
+            "a rank's {router} sees only its share; sglang-r3 gathers the shares (as upstream does) only for "
+            + " and ".join(_GATHERED_A2A) + ", whose scatter layout it was checked against. Expert parallelism "
+            "without an all-to-all backend (--moe-a2a-backend none) is supported"
+        )
+        if cfg.moe_a2a_backend not in (None, "none", *_GATHERED_A2A):
+            yield _Hit("moe_a2a_backend", cfg.moe_a2a_backend, scatter.format(router="router"), also)
+        if cfg.speculative_moe_a2a_backend not in (None, "none", *_GATHERED_A2A):
+            yield _Hit(
+                "speculative_moe_a2a_backend",
+                cfg.speculative_moe_a2a_backend,
+                scatter.format(router="MTP router"),
+                also,
+            )
+    if cfg.moe_runner_backend in _IN_KERNEL_ROUTING_RUNNERS:
+        yield _Hit("moe_runner_backend", cfg.moe_runner_backend, (
+            "this runner may route inside its fused kernel (TopK output TRITON_KERNEL or BYPASSED), which "
+            "skips SGLang's capture site, so main rows would not be captured"
+        ))
+    if cfg.enable_two_batch_overlap:
+        yield _Hit("enable_two_batch_overlap", None, (
+            "each forward runs as two micro-batches (batch_overlap/two_batch_overlap.py), and each calls "
+            "layers.moe.topk.capture_routed_experts_if_allowed(topk_config, layer_id, topk_ids) with its own "
+            "tokens and no offset into the forward, so the second half's rows land where the first's are "
+            "(upstream's capturer overwrites them the same way); no faithful capture exists in SGLang 0.5.23"
+        ))
+
+
+def _kv_restore(cfg, names, *, resolved) -> Rule:
+    if cfg.enable_hierarchical_cache:
+        yield _Hit("enable_hierarchical_cache", None, _KV_RESTORE)
+    if cfg.hicache_storage_backend is not None:
+        yield _Hit("hicache_storage_backend", cfg.hicache_storage_backend, _KV_RESTORE)
+    if cfg.enable_lmcache:
+        yield _Hit("enable_lmcache", None, _KV_RESTORE)
+    if cfg.enable_flexkv:
+        yield _Hit("enable_flexkv", None, _KV_RESTORE)
+    if cfg.radix_cache_backend is not None:
+        yield _Hit("radix_cache_backend", cfg.radix_cache_backend, (
+            "a plugin radix-cache backend may serve prefixes from KV it restored from outside this "
+            "server's forwards; " + _KV_RESTORE
+        ))
+    if cfg.enable_unified_cache_external_linker:
+        yield _Hit("enable_unified_cache_external_linker", None, _KV_RESTORE)
+    if cfg.enable_hisparse:
+        yield _Hit("enable_hisparse", None, (
+            "hierarchical sparse attention keeps KV in host memory and stages it back through a device "
+            "buffer; rows are keyed by KV slot and this mapping is not followed"
+        ))
+    if cfg.disaggregation_decode_enable_offload_kvcache:
+        yield _Hit("disaggregation_decode_enable_offload_kvcache", None, _KV_RESTORE)
+
+
+def _disaggregation(cfg, names, *, resolved) -> Rule:
+    if cfg.disaggregation_mode not in (None, "null"):
+        yield _Hit("disaggregation_mode", cfg.disaggregation_mode, (
+            "the prefill server computes the prompt and the decode server the completion, each with its "
+            "own capturer, so neither holds all of a request's rows (KV is transferred, rows are not)"
+        ))
+    if cfg.enable_pdmux:
+        yield _Hit("enable_pdmux", None, (
+            "PD multiplexing runs a prefill split into layer chunks interleaved with decode forwards; our "
+            "capturer stages one forward at a time"
+        ))
+    if cfg.decoupled_spec_role not in (None, "null"):
+        yield _Hit("decoupled_spec_role", cfg.decoupled_spec_role, (
+            "draft and verify run in separate engines; MTP draft capture and accept resolution live in "
+            "the EAGLEWorkerV2 of one scheduler"
+        ))
+
+
+def _speculative(cfg, names, *, resolved) -> Rule:
+    algo = cfg.speculative_algorithm
+    if algo is not None:
+        name = str(algo).upper()
+        # Resolution upper-cases the name and turns NEXTN into EAGLE (or into FROZEN_KV_MTP for a
+        # Gemma-4 assistant draft), so on the resolved view only EAGLE is ours.
+        if name not in (("EAGLE",) if resolved else _HOOKED_ALGORITHMS):
+            worker = _WORKER_OF.get(name, "a plugin-registered speculative worker")
+            yield _Hit("speculative_algorithm", algo, (
+                f"it runs in {worker}; sglang-r3 hooks only EAGLEWorkerV2 drafting with the model's own "
+                "MTP (NextN) layers (EAGLE / NEXTN), where draft routing is kept apart from main rows and "
+                "tagged accepted or rejected"
+            ))
+        elif resolved and (worker := _platform_worker(algo)) is not None:
+            yield _Hit("device", cfg.device, (
+                f"this out-of-tree platform replaces EAGLEWorkerV2 with {worker}, which sglang-r3 does not hook"
+            ))
+    if cfg.enable_multi_layer_eagle and algo is not None and resolved:
+        # Checked on the resolved view only: SGLang turns it on by itself for the models that need it, and
+        # whether we serve it depends on the model (its layout) and the resolved draft settings.
+        yield from _multi_layer_eagle(cfg)
+
+
+# Multi-layer EAGLE (MultiLayerEagleWorkerV2) is captured for these architectures only: the ones whose
+# layout rule, draft runners and chained draft-extend rows were proven against a spec-off server
+# (tests/test_multi_layer_mtp.py); the family registry (sglang_r3.core.families, ``multi_layer_capture``) says which.
+from sglang_r3.core.families import MULTI_LAYER_MTP_ARCHITECTURES as _MULTI_LAYER_MTP_ARCHITECTURES  # noqa: E402
+
+
+def _multi_layer_eagle(cfg) -> Rule:
+    def refuse(why: str, field: str = "enable_multi_layer_eagle", value: Any = None, also: str = "") -> _Hit:
+        return _Hit(field, value, "multi-layer EAGLE (MultiLayerEagleWorkerV2): " + why, also)
+
+    try:
+        from sglang.srt.arg_groups.model_override_base import model_config_of
+
+        from sglang_r3.core.layout import LayoutError, layout_from_hf_config
+
+        hf_config = model_config_of(cfg).hf_config
+        arch = (getattr(hf_config, "architectures", None) or [""])[0]
+        layout = layout_from_hf_config(hf_config)
+    except LayoutError as e:
+        yield refuse(f"the model has no layout sglang-r3 can describe ({e})")
+        return
+    except Exception as e:  # noqa: BLE001 -- the config did not load; say so rather than guess
+        yield refuse(f"the model config could not be read to check its MTP layers ({type(e).__name__}: {e})")
+        return
+    if arch not in _MULTI_LAYER_MTP_ARCHITECTURES:
+        yield refuse(
+            f"captured only for {', '.join(_MULTI_LAYER_MTP_ARCHITECTURES)}, not {arch!r} (its draft runners "
+            "and chained draft-extend rows are not proven)"
+        )
+        return
+    if cfg.speculative_eagle_topk not in (None, 1):
+        yield refuse(
+            "the chained draft-extend rows are tagged for chain drafting (one token per step) only",
+            "speculative_eagle_topk", cfg.speculative_eagle_topk,
+        )
+    steps = cfg.speculative_num_steps
+    if steps is not None and steps > layout.num_mtp_layers:
+        yield refuse(
+            f"draft step i runs MTP layer i + 1, but the model has {layout.num_mtp_layers} MTP layer(s)",
+            "speculative_num_steps", steps,
+        )
+    # SGLANG_ENABLE_MTP_BOUNDARY_KV_FIX (on by default) widens the draft-extend window only for hybrid
+    # (mamba) request pools, which Step-3.5 does not have; a widened window stops the scheduler
+    # (patches/draft.py) rather than be filed.
+    if cfg.device != "cpu" and not cfg.disable_cuda_graph and not _env_flag("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"):
+        yield refuse(
+            "its draft-extend CUDA graphs replay outside ModelRunner.forward, where MTP-draft routing is filed; "
+            "set SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH=1 (or --disable-cuda-graph)",
+            also=" with CUDA graphs on",
+        )
+
+
+def _env_flag(name: str) -> bool:
+    from sglang.srt.environ import envs
+
+    var = getattr(envs, name, None)
+    if var is not None:
+        return bool(var.get())
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _platform_worker(algo: str) -> Optional[str]:
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    cls = SpeculativeAlgorithm.from_string(algo).get_platform_worker_cls()
+    return None if cls is None else cls.__name__
+
+
+def _serving(cfg, names, *, resolved) -> Rule:
+    if cfg.tokenizer_worker_num > 1:
+        yield _Hit("tokenizer_worker_num", cfg.tokenizer_worker_num, (
+            "multi-tokenizer mode serves HTTP from worker processes that import SGLang's app afresh, "
+            "without our /generate (mounted in the launcher process); they would return our capture "
+            "payload as if it were upstream's routed_experts"
+        ))
+    grpc = (
+        "gRPC requests bypass our /generate, so the capture payload would reach clients as if it were "
+        "upstream's routed_experts"
+    )
+    if cfg.smg_grpc_mode:
+        yield _Hit("smg_grpc_mode", None, grpc)
+    if cfg.grpc_mode:
+        yield _Hit("grpc_mode", None, grpc)
+    # Legacy SMG mode resolves a port too; one line for it is enough.
+    if cfg.grpc_port is not None and not (cfg.smg_grpc_mode or cfg.grpc_mode):
+        yield _Hit("grpc_port", cfg.grpc_port, grpc + " (the port may also come from SGLANG_GRPC_PORT)")
+    if cfg.use_ray:
+        yield _Hit("use_ray", None, (
+            f"schedulers run as Ray actors, which do not inherit {settings.ENABLED} from the launcher, so "
+            "our capturer would not be installed in them"
+        ))
+    if not resolved and _rust_server():
+        yield _Hit("SGLANG_RUST_SERVER", os.environ.get("SGLANG_RUST_SERVER"), (
+            "the Rust HTTP server replaces SGLang's FastAPI app, so our /generate is never served"
+        ))
+
+
+def _rust_server() -> bool:
+    from sglang.srt.environ import envs
+
+    return bool(envs.SGLANG_RUST_SERVER.get())

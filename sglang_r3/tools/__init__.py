@@ -1,0 +1,1 @@
+"""Offline tools over records (``python -m sglang_r3.tools.report``)."""
