@@ -7,7 +7,7 @@ Both sides start from what the scheduler puts in ``req.routed_experts`` and end 
   ``meta_info["routed_experts"]`` -> ``orjson_response`` (``dumps_json``) in the HTTP process.
 * ours: the msgpack payload (``capture/payload.encode_payload``, built at collect time in the scheduler)
   as ``PayloadBytes`` -> the same detokenizer base64 -> ``patches/responses.take_payload`` (the
-  TokenizerManager hook: parks the payload, still encoded, for our /generate) -> ``server/generate.build_all``
+  TokenizerManager hook: parks the payload, still encoded, for our /generate) -> ``response.build_all``
   (``response.build``: pybase64 decode, ``decode_payload``, record, ``to_wire``) -> ``server/wire.respond``
   (orjson or msgpack). These are the functions our HTTP process runs, called directly.
 
@@ -82,7 +82,7 @@ def _asked(binary: bool):
 
 
 def ours_path(payload, rows: int, layout, binary: bool) -> bytes:
-    from sglang_r3_server.generate import build_all
+    from sglang_r3.serving.response import build_all
     from sglang_r3_server.wire import respond as _respond
 
     asked = _asked(binary)

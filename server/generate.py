@@ -9,7 +9,7 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, List, Union
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -20,11 +20,9 @@ from sglang_r3_server.request import RequestError, parse_routing_options, rewrit
 from sglang_r3_server.schemas import ErrorResponse, RoutedOutput, RoutingOptions
 from sglang_r3_server.state import current_layout, tokenizer_manager
 from sglang_r3_server.wire import DONE_FRAME, MSGPACK, frame, respond, wants_msgpack
-from sglang_r3.serving.capture.payload import EncodedRouting
 from sglang_r3.core.layout import ModelLayout
 from sglang_r3.serving.patches import api
-from sglang_r3.core.record import RoutingRecord
-from sglang_r3.serving.response import Asked, ask, build, unpark
+from sglang_r3.serving.response import Asked, Parked, ask, build_all, unpark
 
 router = APIRouter()
 
@@ -118,19 +116,6 @@ async def generate(request: Request):
     return await respond_routed(ret, parked, asked, layout)
 
 
-Parked = List[Tuple[Dict[str, Any], EncodedRouting]]
-
-
-def build_all(parked: Parked, asked: Asked, layout: ModelLayout) -> List[Tuple[Dict[str, Any], RoutingRecord]]:
-    """``response.build`` for each output; the records kept for the store, with their ``meta_info``."""
-    kept = []
-    for meta, payload in parked:
-        rec = build(meta, payload, asked, layout)
-        if rec is not None:
-            kept.append((meta, rec))
-    return kept
-
-
 async def respond_routed(ret: Any, parked: Parked, asked: Asked, layout: ModelLayout, serialize=respond) -> Any:
     """A finished output (one or a batch) and its ``parked`` payloads -> the response (``serialize``:
     ``wire.frame`` for the last frame of a stream).
@@ -140,13 +125,18 @@ async def respond_routed(ret: Any, parked: Parked, asked: Asked, layout: ModelLa
     one builder thread does them and hands the GIL back after each step. Short records are built
     inline: two thread hops cost more than building them.
     """
-    binary = asked.binary
-    if sum(p.nbytes for _, p in parked) < _INLINE_BUILD_BYTES:
-        await refs.store(build_all(parked, asked, layout))
-        return serialize(ret, binary)
-    loop = asyncio.get_running_loop()
-    await refs.store(await loop.run_in_executor(_builder(), _yielding, build_all, parked, asked, layout))
-    return await loop.run_in_executor(_builder(), _yielding, serialize, ret, binary)
+    run = _inline if sum(p.nbytes for _, p in parked) < _INLINE_BUILD_BYTES else _on_builder
+    kept = await run(build_all, parked, asked, layout)
+    await refs.store(kept)  # handles in place before the body is serialized
+    return await run(serialize, ret, asked.binary)
+
+
+async def _inline(fn, *args):
+    return fn(*args)
+
+
+async def _on_builder(fn, *args):
+    return await asyncio.get_running_loop().run_in_executor(_builder(), _yielding, fn, *args)
 
 
 # Encoded payload size (base64 characters, all outputs of the response) below which building on the

@@ -143,3 +143,16 @@ def build(meta: Dict[str, Any], payload: EncodedRouting, asked: Asked, layout: M
         meta["routed_experts"] = pybase64.b64encode(view.tobytes()).decode("ascii")
         count_served("upstream", view.nbytes)
     return kept
+
+
+Parked = List[Tuple[Dict[str, Any], EncodedRouting]]  # what ``unpark`` takes out of a response
+
+
+def build_all(parked: Parked, asked: Asked, layout: ModelLayout) -> List[Tuple[Dict[str, Any], RoutingRecord]]:
+    """``build`` for each parked output; the records kept for the store, with their ``meta_info``."""
+    kept = []
+    for meta, payload in parked:
+        rec = build(meta, payload, asked, layout)
+        if rec is not None:
+            kept.append((meta, rec))
+    return kept
