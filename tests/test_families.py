@@ -150,26 +150,31 @@ def _qwen3_with_a_dense_layer() -> Family:
     return Family("qwen3_moe_mlp_only", base.config_class, base.model_class, {**base.config, "mlp_only_layers": [0]})
 
 
-@pytest.mark.sglang  # the launcher refuses before SGLang serves
-def test_qwen_mlp_only_layers_stay_refused_at_start_up():
-    # transformers builds layer 0 as a dense MLP; SGLang 0.5.23's Qwen3-MoE ignores mlp_only_layers and
-    # would build it MoE, so its rows would be of another model than the trainer's: refused.
+def _start_up_refusal(path) -> str:
+    """What our launcher says when it refuses to serve the checkpoint at ``path`` (it must exit)."""
     from tests.families import SERVE_FLAGS
     from tests.servers import ServerProcess
 
-    fam = _qwen3_with_a_dense_layer()
-    path = build(fam)
-    model = load_transformers(path)
-    assert dense_or_moe(model) == [ROLE_DENSE, ROLE_MOE]
-    with pytest.raises(LayoutError, match=r"mlp_only_layers=\[0\].*SGLang builds every Qwen3MoeForCausalLM layer"):
-        layout_from_model_path(str(path))
     server = ServerProcess(["--model-path", str(path), *SERVE_FLAGS]).start()
     try:
         with pytest.raises(RuntimeError, match="server exited") as info:
             server.wait_ready()
     finally:
         server.stop()
-    assert "SGLang builds every Qwen3MoeForCausalLM layer as MoE" in str(info.value)
+    return str(info.value)
+
+
+@pytest.mark.sglang  # the launcher refuses before SGLang serves
+def test_qwen_mlp_only_layers_stay_refused_at_start_up():
+    # transformers builds layer 0 as a dense MLP; SGLang 0.5.23's Qwen3-MoE ignores mlp_only_layers and
+    # would build it MoE, so its rows would be of another model than the trainer's: refused.
+    fam = _qwen3_with_a_dense_layer()
+    path = build(fam)
+    model = load_transformers(path)
+    assert dense_or_moe(model) == [ROLE_DENSE, ROLE_MOE]
+    with pytest.raises(LayoutError, match=r"mlp_only_layers=\[0\].*SGLang builds every Qwen3MoeForCausalLM layer"):
+        layout_from_model_path(str(path))
+    assert "SGLang builds every Qwen3MoeForCausalLM layer as MoE" in _start_up_refusal(path)
 
 
 @pytest.mark.sglang
@@ -177,21 +182,12 @@ def test_qwen_mlp_only_layers_stay_refused_at_start_up():
 def test_families_not_served_on_cpu_stop_where_the_docstring_says(name):
     # Each family this module does not serve stops our launcher at start-up with the reason stated above (before
     # a model loads: a few seconds after SGLang imports), so the statement is checked, not remembered.
-    from tests.families import SERVE_FLAGS
-    from tests.servers import ServerProcess
-
     fam = FAMILIES[name]
     path = build(fam)
     if name == "llama4_text":
         with pytest.raises(LayoutError, match="Llama4ForCausalLM.*permute_qk_weight_for_rotary"):
             layout_from_model_path(str(path))
-    server = ServerProcess(["--model-path", str(path), *SERVE_FLAGS]).start()
-    try:
-        with pytest.raises(RuntimeError, match="server exited") as info:
-            server.wait_ready()
-    finally:
-        server.stop()
-    assert fam.not_served in str(info.value)
+    assert fam.not_served in _start_up_refusal(path)
 
 
 def _check_mtp_section(tokens, mtp):
