@@ -119,6 +119,20 @@ FAMILIES: Dict[str, Family] = {
         router_std=0.4,  # sigmoid scores off saturation: choices move from token to token
         mtp_layers=1,
     ),
+    # The same with DeepSeek-V2-Lite-style attention (q_lora_rank null: one q_proj): refused at start-up by its
+    # layout rule (SGLang's glm4_moe_lite.py never loads q_proj; served, 3% of pairs agreed with transformers).
+    "glm4_moe_lite_no_q_lora": Family(
+        "glm4_moe_lite_no_q_lora", "Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
+        dict(_TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+             n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
+             n_shared_experts=1, routed_scaling_factor=1.8, norm_topk_prob=True, q_lora_rank=None, kv_lora_rank=32,
+             qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, num_nextn_predict_layers=0,
+             topk_method="noaux_tc",
+             rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+                           "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
+        router_std=0.4,
+        not_served="q_lora_rank=None",
+    ),
     # GLM-5: GLM-4.7-Flash's MLA + MoE with a DSA indexer (index_topk 2048, longer than every test sequence: its
     # sparse attention attends to every token). Not served on CPU: see tests/test_families.py.
     "glm_moe_dsa": Family(

@@ -21,6 +21,11 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   their rows differed from transformers' (12 of 106 greedy pairs): SGLang's llama4.py loads q/k_proj as saved and
   rotates half-split pairs, transformers rotates interleaved ones; only mllama4.py (Llama4ForConditionalGeneration)
   permutes the weights at load (``permute_qk_weight_for_rotary``) -- and that served checkpoint matches.
+- GLM-4.7-Flash with q_lora_rank null (DeepSeek-V2-Lite-style attention, one ``q_proj``): refused at start-up by its
+  layout rule. Served, 3% of its (token, layer) pairs agreed with transformers': glm4_moe_lite.py's load_weights
+  renames ``self_attn.q_proj`` through its ``("qkv_proj", "q_proj", "q")`` stacking entry, finds no such
+  parameter and skips it, so q_proj keeps its initial values (a DeepSeek-V3 checkpoint with q_lora_rank null, loaded
+  by deepseek_v2.py, agrees 100%).
 - GLM-5 (``GlmMoeDsaForCausalLM``, DSA): start-up stops in SGLang's server-arg resolution,
   ``arg_groups/model_hook.py handle_model_specific_adjustments``, which for a DSA model on a non-XPU platform
   calls ``torch.cuda.get_device_capability()`` ("Found no NVIDIA driver"). Past it, the DSA backend needs its
@@ -38,7 +43,7 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   ``fused_qk_gemma_rmsnorm*_cpu``) at import; the CPU sgl_kernel has none, so the module is skipped ("Ignore import
   error"). ``--language-model-only``, which skips the processor, is refused for this architecture
   (``handle_language_model_only``: DeepSeek-V4 / Cosmos-3 / MuseGlimmer only).
-  (tests: ``test_families_not_served_on_cpu_stop_where_the_docstring_says`` checks each of these four stops.)
+  (tests: ``test_families_not_served_on_cpu_stop_where_the_docstring_says`` checks each of these stops.)
 - Qwen3.5-MoE (and Qwen3.5 MTP): SGLang's model modules do not import on CPU (``sgl_kernel`` has no
   ``fused_sigmoid_mul_cpu``; logged as "Ignore import error when loading sglang.srt.models.qwen3_5").
 - Qwen3-Next: its gated-delta-net linear attention runs FLA Triton kernels (code reading, not run).
@@ -186,6 +191,9 @@ def test_families_not_served_on_cpu_stop_where_the_docstring_says(name):
     path = build(fam)
     if name == "llama4_text":
         with pytest.raises(LayoutError, match="Llama4ForCausalLM.*permute_qk_weight_for_rotary"):
+            layout_from_model_path(str(path))
+    if name == "glm4_moe_lite_no_q_lora":  # the trainer reading the same config.json refuses it too
+        with pytest.raises(LayoutError, match="Glm4MoeLiteForCausalLM: q_lora_rank=None.*never loads it"):
             layout_from_model_path(str(path))
     assert fam.not_served in _start_up_refusal(path)
 

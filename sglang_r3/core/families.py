@@ -633,7 +633,18 @@ def _glm4_moe_lite(v, arch) -> Stack:
     """GLM-4.7-Flash (glm4_moe_lite.py: `_is_layer_sparse` as DeepSeek's, with moe_layer_freq forced to 1 by
     its decoder layer): MoE iff layer >= first_k_dense_replace -- a key transformers' Glm4MoeLiteConfig does
     not define (SGLang reads it from the file; its absence is refused as SGLang would fail); transformers
-    builds from mlp_layer_types (default: layer 0 dense), which must agree. Its NextN layer is MoE."""
+    builds from mlp_layer_types (default: layer 0 dense), which must agree. Its NextN layer is MoE.
+
+    q_lora_rank null (DeepSeek-V2-Lite-style attention: one q_proj, no q LoRA) is refused: glm4_moe_lite.py's
+    load_weights maps every ``q_proj`` through its ``("qkv_proj", "q_proj", "q")`` stacking entry, so the
+    checkpoint's q_proj never loads and SGLang serves another model (measured: 3% of (token, layer) pairs
+    agreed with transformers' routers, on SGLang 0.5.15.post1 and 0.5.23 alike)."""
+    if v.get("q_lora_rank") is None:
+        raise RuleError(
+            f"{arch}: q_lora_rank=None: SGLang (glm4_moe_lite.py load_weights) renames the checkpoint's "
+            f"self_attn.q_proj through its qkv_proj stacking entry and never loads it, so it would serve "
+            f"another model than the checkpoint (the published GLM-4.7-Flash sets q_lora_rank: 768); refusing"
+        )
     stack = _first_k_dense(v, arch, freq=1)
     return _mlp_layer_types_agree(v, arch, stack, "first_k_dense_replace")
 
