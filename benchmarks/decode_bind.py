@@ -6,7 +6,7 @@ slime (THUDM/slime 624b824): ``json.loads`` (utils/http_utils.py) -> ``decode_in
 (ray/rollout.py, observability/rollout_data_utils.py) -> ``prepare_routed_experts_for_routing_replay``
 (backends/megatron_utils/cp_utils.py) -> ``x[:, layer_id]`` per MoE layer (actor.py ``fill_routing_replay``)
 -> ``RoutingReplay.record`` (utils/routing_replay.py: a compact copy).
-Ours: ``json.loads`` / ``msgpack.unpackb`` -> ``RoutingRecord.from_wire`` -> ``integrations.slime.layer_rows``
+Ours: ``json.loads`` / ``msgpack.unpackb`` -> ``RoutingRecord.from_wire`` -> ``sglang_r3.trainer.slime.layer_rows``
 (check_record per sample, pack_rows, one compact tensor per layer), or ``ReplayFiller.pack`` + ``layer_tensors`` (int64).
 Both parse JSON with the stdlib ``json`` (what slime's http_utils and ``httpx.Response.json()`` use).
 """
@@ -161,12 +161,12 @@ class _Replay:
 
 
 def ours_slime_rows(records: List[RoutingRecord], tokens: List[torch.Tensor], layout: ModelLayout) -> List[torch.Tensor]:
-    """sglang_r3/trainer/slime.py layer_rows (what fill_routing_replay records, without the model):
+    """sglang_r3/trainer/slime/fill.py layer_rows (what fill_routing_replay records, without the model):
     check_record per sample, pack_rows, one compact block per layer."""
     from sglang_r3.trainer.slime import layer_rows
     from sglang_r3.trainer.packing import TokenLayout
 
-    rows, _ = layer_rows(records, tokens, layout, TokenLayout(), layout.moe_layer_ids)
+    rows = layer_rows(records, tokens, layout, TokenLayout(), layout.moe_layer_ids).rows
     replays = [_Replay() for _ in layout.moe_layer_ids]
     for replay, block in zip(replays, rows):
         replay.record(block)

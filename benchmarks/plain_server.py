@@ -21,7 +21,10 @@ from __future__ import annotations
 import os
 import sys
 
-if os.environ.get("SGLANG_R3_CPU") == "1" and os.environ.get("SGLANG_R3_ENABLED") != "1":
+from sglang_r3.core import settings
+
+_here = settings.parse(os.environ)  # this process's own (a spawned child's: what the parent published)
+if _here.cpu and not _here.enabled:
     from sglang_r3.serving.patches.cpu import install_cpu_patches
 
     install_cpu_patches()
@@ -31,7 +34,7 @@ def main() -> None:
     from sglang_r3.dev.cpu import activate_cpu_runtime, has_gpu
     from sglang_r3.serving.launch import resolve_argv
 
-    os.environ.pop("SGLANG_R3_ENABLED", None)
+    os.environ.pop(settings.ENABLED, None)
     cpu = not has_gpu()
     if cpu:
         activate_cpu_runtime()

@@ -71,6 +71,38 @@ def start_servers(args) -> Tuple[Dict[str, str], List[Any]]:
     return urls, procs
 
 
+def capture_overhead_pairs(args, urls: Dict[str, str], procs: List[Any], timed, n_pairs: Optional[int] = None):
+    """(capture_overhead.summarize over server pairs, the servers running now). Servers this run started are
+    measured as several pairs, restarted in between: one pair's ratio moves by a point or two from one process
+    start to the next (SGLang against itself too), more than its rounds' own interval shows. Process starts,
+    not rounds, narrow the interval."""
+    from benchmarks import capture_overhead
+    from sglang_r3.dev.cpu import has_gpu
+
+    wl = capture_overhead.WORKLOADS_QUICK if args.quick else capture_overhead.WORKLOADS
+    if n_pairs is None:
+        n_pairs = (6 if args.quick else 10) if len(procs) == 2 else 1
+    pin = len(procs) == 2 and not has_gpu()  # only CPU servers this run started (one compute thread each)
+    pairs = []
+    for i in range(n_pairs):
+        if i:
+            for _, p in procs:
+                p.stop()
+            # pin_server_cores put this process on one core; servers started from it would inherit that
+            os.sched_setaffinity(0, range(os.cpu_count() or 1))
+            _, procs = start_servers(args)
+            for name, p in procs:
+                timed(f"restart server {name} (pair {i + 1})", p.wait_ready)
+                urls[name] = p.url
+        pairs.append(timed(
+            f"capture_overhead pair {i + 1}/{n_pairs} (ours vs SGLang without R3, interleaved)",
+            capture_overhead.pair_rounds, urls["plain"], urls["r3"], wl, min_rounds=4,
+            max_rounds=(8 if args.quick else 12) if n_pairs > 1 else 40,
+            budget_s=(150.0 if args.quick else 900.0) / n_pairs, pin=pin, seed=i,
+        ))
+    return capture_overhead.summarize(pairs, wl), procs
+
+
 def step(log: Dict[str, float], name: str, fn, *a, **kw):
     t = time.monotonic()
     print(f"[bench] {name} ...", flush=True)
@@ -81,8 +113,7 @@ def step(log: Dict[str, float], name: str, fn, *a, **kw):
 
 
 def run(args) -> Dict[str, Any]:
-    from benchmarks import capture_overhead, capture_path, decode_bind, host_memory, response_build, slime_fill, wire_size
-    from sglang_r3.dev.cpu import has_gpu
+    from benchmarks import capture_path, decode_bind, host_memory, response_build, slime_fill, wire_size
 
     t0 = time.monotonic()
     res: Dict[str, Any] = {"quick": args.quick, "machine": machine()}
@@ -115,30 +146,7 @@ def run(args) -> Dict[str, Any]:
         res["r3_health"] = timed("r3_health (replayed train step, measure on / off)", r3_health.measure,
                                  rounds=40 if args.quick else 100)
         if "r3" in urls and "plain" in urls:
-            wl = capture_overhead.WORKLOADS_QUICK if args.quick else capture_overhead.WORKLOADS
-            # Servers this run started are measured as several pairs, restarted in between: one pair's ratio
-            # moves by a point or two from one process start to the next (SGLang against itself too), more
-            # than its rounds' own interval shows. Process starts, not rounds, narrow the interval.
-            n_pairs = (6 if args.quick else 10) if len(procs) == 2 else 1
-            pin = len(procs) == 2 and not has_gpu()  # only CPU servers this run started (one compute thread each)
-            pairs = []
-            for i in range(n_pairs):
-                if i:
-                    for _, p in procs:
-                        p.stop()
-                    # pin_server_cores put this process on one core; servers started from it would inherit that
-                    os.sched_setaffinity(0, range(os.cpu_count() or 1))
-                    _, procs = start_servers(args)
-                    for name, p in procs:
-                        timed(f"restart server {name} (pair {i + 1})", p.wait_ready)
-                        urls[name] = p.url
-                pairs.append(timed(
-                    f"capture_overhead pair {i + 1}/{n_pairs} (ours vs SGLang without R3, interleaved)",
-                    capture_overhead.pair_rounds, urls["plain"], urls["r3"], wl, min_rounds=4,
-                    max_rounds=(8 if args.quick else 12) if n_pairs > 1 else 40,
-                    budget_s=(150.0 if args.quick else 900.0) / n_pairs, pin=pin, seed=i,
-                ))
-            res["capture_overhead"] = capture_overhead.summarize(pairs, wl)
+            res["capture_overhead"], procs = capture_overhead_pairs(args, urls, procs, timed)
         if "r3" in urls:
             res["wire_size"]["live_embedded_server"] = timed(
                 "wire_size (live server)", wire_size.measure_live, urls["r3"], [LONG_PROMPT, LONG_PROMPT[7:]], 8

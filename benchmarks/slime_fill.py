@@ -16,7 +16,7 @@ The decode, validation and preparation pieces are benchmarks/decode_bind.py's; t
 tests/trainer/slime_reference.py's.
 
 Ours: ``json.loads`` (or ``msgpack.unpackb``) -> ``RoutingRecord.from_wire`` (sglang_r3/core/record/records.py) ->
-``fill_routing_replay`` (sglang_r3/trainer/slime.py: every record checked — fingerprint, layers, rows,
+``fill_routing_replay`` (sglang_r3/trainer/slime/fill.py: every record checked — fingerprint, layers, rows,
 token digest, id range, distinct ids — then packed as slime packs, one compact block per layer, recorded into
 each router's own replay). ``ours_upstream_arrays``: slime's own decode, then ``fill_routing_replay`` on its
 int32 arrays (a slime user who keeps upstream's ``return_routed_experts``).

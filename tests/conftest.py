@@ -68,18 +68,29 @@ SERVER_FLAGS = {
 SERVER_ENV = {"soak": SOAK_SERVER_ENV}
 
 
+# The session fixture of each suite server.
+SERVER_OF_FIXTURE = {"routing_server": "spec", "nospec_server": "nospec", "tree_server": "tree",
+                     "soak_server": "soak"}
+
+
+def _servers_needed(items) -> set:
+    """The suite servers the selected tests use, directly or through a module fixture (started together)."""
+    return {SERVER_OF_FIXTURE[f] for item in items for f in item.fixturenames if f in SERVER_OF_FIXTURE}
+
+
 class _Servers:
-    def __init__(self):
+    def __init__(self, needed):
         self._procs = {}
+        self._needed = needed
 
     def get(self, name: str) -> ServerProcess:
         # For development: reuse a server you already run (e.g. SGLANG_R3_TEST_URL_NOSPEC=http://127.0.0.1:31501).
         if url := os.environ.get(f"SGLANG_R3_TEST_URL_{name.upper()}"):
             return _Running(url)
         if name not in self._procs:
-            # Start every server not yet running, then wait: startups overlap.
+            # Start every server the selection needs that is not yet running, then wait: startups overlap.
             for n, flags in SERVER_FLAGS.items():
-                if n not in self._procs:
+                if n not in self._procs and (n == name or n in self._needed):
                     self._procs[n] = ServerProcess(flags, env=SERVER_ENV.get(n, {})).start()
         proc = self._procs[name]
         return proc.wait_ready()
@@ -95,8 +106,8 @@ class _Running:
 
 
 @pytest.fixture(scope="session")
-def _servers():
-    s = _Servers()
+def _servers(request):
+    s = _Servers(_servers_needed(request.session.items))
     yield s
     s.stop_all()
 

@@ -41,9 +41,11 @@ class Family:
     # NextN MTP layers appended to the checkpoint as DeepSeek publishes them (model.layers.{L}.*);
     # transformers builds none (it skips those tensors when loading).
     mtp_layers: int = 0
-    # How the checkpoint carries them: "nextn" (DeepSeek/GLM: model.layers.{L+d}.* plus enorm/hnorm/eh_proj) or
+    # How the checkpoint carries them: "nextn" (DeepSeek/GLM: model.layers.{L+d}.* plus enorm/hnorm/eh_proj),
     # "ernie" (ERNIE-4.5: model.mtp_block.{d}.* -- a dense decoder layer -- and mtp_emb_norm / mtp_hidden_norm /
-    # mtp_linear_proj, as SGLang's ernie4_eagle.py loads them).
+    # mtp_linear_proj, as SGLang's ernie4_eagle.py loads them) or "qwen" (Qwen3-Next / Qwen3.5: mtp.layers.{d}.* -- a
+    # full-attention MoE decoder layer, experts one by one -- and mtp.fc / mtp.pre_fc_norm_{embedding,hidden} /
+    # mtp.norm, as the releases ship them and SGLang's qwen3_next.py load_weights(is_mtp=True) reads them).
     mtp_format: str = "nextn"
     # transformers' config -> (experts, top-k) of its routers (the spelling differs between classes).
     experts_topk: Callable[[Any], tuple] = field(default=lambda c: (c.num_local_experts, c.num_experts_per_tok))
@@ -63,12 +65,30 @@ class Family:
     extra_files: Optional[Callable[[Path], None]] = None
     # Multimodal wrappers: the text model's keyword dict (``config`` above) -> the wrapper config's keywords.
     wrap: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None
+    # Keys the published config.json carries that transformers' class takes but does not save (Qwen3-Next / Qwen3.5:
+    # full_attention_interval, from which it derives layer_types; SGLang builds the layers from it): written into the
+    # saved config.json (a wrapper's text_config) as the release spells them.
+    published: Dict[str, Any] = field(default_factory=dict)
 
 
 _LLAMA4_TEXT = dict(_TINY, head_dim=16, intermediate_size=32, intermediate_size_mlp=128, num_hidden_layers=4,
                    num_local_experts=8, num_experts_per_tok=1, interleave_moe_layer_step=2, use_qk_norm=True,
                    attention_chunk_size=256, no_rope_layer_interval=4, attn_temperature_tuning=True,
                    floor_scale=8192, attn_scale=0.1)
+
+# Qwen3-Next / Qwen3.5 hybrid layers: linear attention (layers 0, 2) and full attention (1, 3).
+_QWEN_HYBRID = dict(_TINY, head_dim=16, intermediate_size=128, moe_intermediate_size=32,
+                    shared_expert_intermediate_size=32, num_hidden_layers=4, num_experts=8, num_experts_per_tok=2,
+                    norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], linear_num_key_heads=2,
+                    linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                    full_attention_interval=2)
+# Qwen3.5's text model: M-RoPE over a quarter of a 32-wide head (the published partial_rotary_factor).
+_QWEN35_TEXT = dict(_TINY, head_dim=32, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                    num_hidden_layers=4, num_experts=8, num_experts_per_tok=2, linear_num_key_heads=2,
+                    linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                    full_attention_interval=2,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                                     "mrope_section": [2, 1, 1], "mrope_interleaved": True})
 
 FAMILIES: Dict[str, Family] = {
     # GLM-4.5: layer 0 dense (first_k_dense_replace), sigmoid scores with a correction bias, shared expert.
@@ -202,7 +222,8 @@ FAMILIES: Dict[str, Family] = {
         not_served="Llama4ForCausalLM",  # refused by its layout rule (sglang_r3/core/families.py)
     ),
     # Qwen3-VL-MoE, text routing: the multimodal checkpoint (a one-block vision tower, processor configs), text-only
-    # prompts; softmax top-k in every text layer, interleaved M-RoPE. Not served: see tests/test_families.py.
+    # prompts; softmax top-k in every text layer, interleaved M-RoPE. Not served (SGLang does not load transformers 5's
+    # fused experts for it): see tests/test_families.py.
     "qwen3_vl_moe": Family(
         "qwen3_vl_moe", "Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration",
         dict(_TINY, head_dim=16, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2, num_experts=8,
@@ -217,7 +238,42 @@ FAMILIES: Dict[str, Family] = {
         layers_of=lambda m: list(m.model.language_model.layers),
         experts_topk=lambda c: (c.text_config.num_experts, c.text_config.num_experts_per_tok),
         extra_files=lambda folder: _qwen_vl_processors(folder, patch_size=16, merge_size=2, temporal_patch_size=2),
-        not_served="No processor registered for architecture: ['Qwen3VLMoeForConditionalGeneration']",
+        # qwen3_vl_moe.py load_fused_expert_weights -> FusedMoE._load_w2: transformers 5's fused down_proj, transposed
+        not_served="The size of tensor a (64) must match the size of tensor b (32)",
+    ),
+    # Qwen3-Next: gated delta-net (linear attention: causal conv, gated delta rule, gated RMSNorm) and full attention
+    # (every 2nd layer: full_attention_interval, as published; output gate, partial RoPE), every layer MoE (softmax
+    # top-k) with a sigmoid-gated shared expert, one MTP layer (published: mtp.* tensors, no count in the config).
+    # Key and value head dims differ (16, 8) so that a transposed recurrent state cannot pass. The CPU runtime runs
+    # its linear attention with sglang_r3/serving/patches/cpu/gdn.py.
+    "qwen3_next": Family(
+        "qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM", _QWEN_HYBRID,
+        experts_topk=lambda c: (c.num_experts, c.num_experts_per_tok),
+        published=dict(full_attention_interval=2), mtp_layers=1, mtp_format="qwen",
+    ),
+    # Qwen3.5-MoE, text-only checkpoint (Qwen3_5MoeForCausalLM): Qwen3-Next's hybrid layers with Qwen3.5's attention
+    # (q/k Gemma RMSNorm, interleaved q|gate, M-RoPE) and linear-attention projections; one MTP layer
+    # (mtp_num_hidden_layers, as published).
+    "qwen3_5_moe_text": Family(
+        "qwen3_5_moe_text", "Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", _QWEN35_TEXT,
+        experts_topk=lambda c: (c.num_experts, c.num_experts_per_tok),
+        published=dict(full_attention_interval=2, mtp_num_hidden_layers=1, mtp_use_dedicated_embeddings=False),
+        mtp_layers=1, mtp_format="qwen",
+    ),
+    # Qwen3.5-MoE as published (Qwen3_5MoeForConditionalGeneration: a one-block vision tower, processor configs), text
+    # prompts: the same text model under model.language_model.
+    "qwen3_5_moe": Family(
+        "qwen3_5_moe", "Qwen3_5MoeConfig", "Qwen3_5MoeForConditionalGeneration", _QWEN35_TEXT,
+        wrap=lambda text: dict(
+            text_config=text, tie_word_embeddings=False,
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16,
+                               spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=text["hidden_size"],
+                               num_position_embeddings=64)),
+        layers_of=lambda m: list(m.model.language_model.layers),
+        experts_topk=lambda c: (c.text_config.num_experts, c.text_config.num_experts_per_tok),
+        extra_files=lambda folder: _qwen_vl_processors(folder, patch_size=16, merge_size=2, temporal_patch_size=2),
+        published=dict(full_attention_interval=2, mtp_num_hidden_layers=1, mtp_use_dedicated_embeddings=False),
+        mtp_layers=1, mtp_format="qwen",
     ),
 }
 
@@ -254,7 +310,8 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
     key = hashlib.sha256(
         json.dumps([family.name, family.config_class, family.config, family.seed, family.router_std,
                     transformers.__version__] + ([family.bias_std] if family.bias_std != 0.1 else [])
-                   + (["extra_files"] if family.extra_files else []), sort_keys=True).encode()
+                   + (["extra_files"] if family.extra_files else [])
+                   + ([family.published, family.mtp_format] if family.published else []), sort_keys=True).encode()
     ).hexdigest()[:12]
     out = out or cache_root() / "families" / f"{family.name}-{key}"
     if (out / "config.json").is_file():
@@ -284,8 +341,12 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
     model.save_pretrained(str(tmp))
     if nextn:
         _keep_last_layers_as_mtp(tmp, config_class(**_keywords(family, family.config, special)), family)
+    elif family.mtp_format == "qwen":
+        _append_qwen_mtp(tmp, family, special)
     elif family.mtp_layers:
         _append_ernie_mtp(tmp, cfg, family)
+    if family.published:
+        _write_published_keys(tmp, family)
     write_tokenizer(tmp)
     if family.extra_files is not None:
         family.extra_files(tmp)
@@ -298,6 +359,55 @@ def _keywords(family: Family, text: Dict[str, Any], special: Dict[str, Any]) -> 
     if family.wrap is None:
         return {**text, **special}
     return {**family.wrap({**text, **special}), **special}
+
+
+def _write_published_keys(folder: Path, family: Family) -> None:
+    path = folder / "config.json"
+    saved = json.loads(path.read_text())
+    (saved["text_config"] if family.wrap is not None else saved).update(family.published)
+    path.write_text(json.dumps(saved, indent=2, sort_keys=True))
+
+
+def _append_qwen_mtp(folder: Path, family: Family, special: Dict[str, Any]) -> None:
+    """Qwen3-Next / Qwen3.5's MTP layers as their releases ship them: per depth d, ``mtp.layers.{d}.*`` (a
+    full-attention MoE decoder layer of transformers' own class, built one-layer and seeded; experts one by one),
+    and ``mtp.fc`` (the projection of [embedding; hidden]), ``mtp.pre_fc_norm_{embedding,hidden}``, ``mtp.norm``
+    (Gemma-style norms: 0 is the identity)."""
+    import torch
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    config_class = getattr(transformers, family.config_class)
+    one = {**family.config, "num_hidden_layers": 1, "layer_types": ["full_attention"]}
+    one.pop("full_attention_interval", None)
+    torch.manual_seed(family.seed + 1)
+    model = getattr(transformers, family.model_class)(config_class(**_keywords(family, one, special))).float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".gate.weight"):
+                p.normal_(0.0, family.router_std)
+    (shard,) = folder.glob("*.safetensors")
+    tensors = load_file(str(shard))
+    H = family.config["hidden_size"]
+    I = family.config["moe_intermediate_size"]
+    for d in range(family.mtp_layers):
+        prefix = f"mtp.layers.{d}."
+        for key, value in family.layers_of(model)[0].state_dict().items():
+            if key.endswith("mlp.experts.gate_up_proj"):  # [E, 2I, H]: gate rows, then up rows
+                for e in range(value.shape[0]):
+                    base = prefix + key.replace("gate_up_proj", f"{e}.")
+                    tensors[base + "gate_proj.weight"] = value[e, :I].clone()
+                    tensors[base + "up_proj.weight"] = value[e, I:].clone()
+            elif key.endswith("mlp.experts.down_proj"):  # [E, H, I]
+                for e in range(value.shape[0]):
+                    tensors[prefix + key.replace("down_proj", f"{e}.down_proj.weight")] = value[e].clone()
+            else:
+                tensors[prefix + key] = value.clone()
+    gen = torch.Generator().manual_seed(family.seed + 2)
+    tensors["mtp.fc.weight"] = torch.randn(H, 2 * H, generator=gen) * (2 * H) ** -0.5
+    for norm in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"):
+        tensors[norm] = torch.zeros(H)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(shard), metadata={"format": "pt"})
 
 
 def _append_ernie_mtp(folder: Path, config, family: Family) -> None:
@@ -457,17 +567,25 @@ SERVE_FLAGS = ["--dtype", "float32", "--max-total-tokens", "4096", "--mem-fracti
 MTP_FLAGS = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
              "--speculative-num-draft-tokens", "4"]
 
+# Linear-attention families: SGLang sizes the recurrent-state pool from free host memory otherwise (GBs for a
+# tiny model, which the host's other servers then compete for).
+HYBRID_FLAGS = ["--max-mamba-cache-size", "64"]
+
 # server name -> (family, extra flags): every family plain, and DeepSeek-V3 again with MTP speculation on.
 SERVED = [n for n, f in FAMILIES.items() if not f.not_served]
 SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": ("deepseek_v3", MTP_FLAGS),
                               # GLM-4.7-Flash: one server, MTP speculation on (its main rows against transformers)
                               "glm4_moe_lite": ("glm4_moe_lite", MTP_FLAGS),
                               # ERNIE-4.5: one server, MTP speculation on (its dense MTP layer drafts)
-                              "ernie4_5_moe": ("ernie4_5_moe", MTP_FLAGS)}
+                              "ernie4_5_moe": ("ernie4_5_moe", MTP_FLAGS),
+                              # the hybrid (linear-attention) families: a bounded state pool
+                              **{n: (n, HYBRID_FLAGS) for n in ("qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe")}}
 # Servers that run together (a test compares them); one group at a time: an idle CPU server holds
 # ~2-3 GB of host memory, and the suite's own servers run alongside.
-GROUPS: Dict[str, List[str]] = {n: [n] for n in SERVED}
+GROUPS: Dict[str, List[str]] = {n: [n] for n in SERVED if n != "qwen3_5_moe_text"}
 GROUPS["deepseek_v3"] = ["deepseek_v3", "deepseek_v3_mtp"]
+# Qwen3.5-MoE as published and its text-only checkpoint: the same text model, two servers starting together.
+GROUPS["qwen3_5_moe"] = ["qwen3_5_moe", "qwen3_5_moe_text"]
 
 
 def server_flags(name: str) -> List[str]:
@@ -483,6 +601,11 @@ class ServedGroup:
     @property
     def url(self) -> str:
         return self.urls[self.family]
+
+    @property
+    def families(self) -> List[str]:
+        """The group's servers that serve a family as it is named (not a second server of it, e.g. with MTP)."""
+        return [n for n in self.urls if SERVERS[n][0] == n]
 
 
 def serve_group(family: str):

@@ -18,6 +18,14 @@ do, ``sglang.test.layer_ut_utils``), then for each architecture:
   config object must equal the layout (and fingerprint) from the config's dict (the trainer's side, no SGLang).
 * **without one**: ``layout_from_hf_config`` must refuse it naming the architecture (the server's start-up
   refusal) and the reason.
+* **classes SGLang's loader substitutes** (``get_model_architecture``, asked for every registered architecture with
+  every quantization method SGLang registers: ``QuantMixtralForCausalLM`` for some quantized Mixtral checkpoints):
+  the substitute built from the original's tiny config, its routers checked against the original's layout by the
+  start-up check; captured if they fit, else the start-up refusal that check gives.
+
+No status is written by hand: a row is captured only if its build above passed, refused only with the refusal the
+code gives, and an error otherwise (tests/test_sweep.py fails on it). The CPU runtime's patches are installed first,
+as in a server's processes (Qwen3.5's module imports, Qwen3-Next's layers build, on CPU only with them).
 
 It prints / writes a JSON list of rows, one per architecture; ``markdown(rows)`` is the README's table.
 """
@@ -48,6 +56,13 @@ _T = dict(vocab_size=256, hidden_size=64, num_attention_heads=4, num_key_value_h
 _LLAMA4_TEXT = dict(_T, intermediate_size=32, intermediate_size_mlp=64, num_hidden_layers=4, num_local_experts=4,
                     num_experts_per_tok=1, interleave_moe_layer_step=2, no_rope_layer_interval=4,
                     attention_chunk_size=64)
+
+_QWEN35_TEXT = dict(_T, head_dim=32, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                    num_hidden_layers=4, full_attention_interval=2, num_experts=8, num_experts_per_tok=2,
+                    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8,
+                    mtp_num_hidden_layers=1,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+                                     "mrope_section": [2, 1, 1], "mrope_interleaved": True})
 
 # Tiny configs, per architecture with a rule: (model_type of the config class, values). Values not named
 # take the class defaults.
@@ -84,6 +99,14 @@ SPECS: Dict[str, tuple] = {
                                                 full_attention_interval=2, num_experts=8, num_experts_per_tok=2,
                                                 linear_num_key_heads=2, linear_num_value_heads=4,
                                                 linear_key_head_dim=16, linear_value_head_dim=16)),
+    # Qwen3.5-MoE: Qwen3-Next's hybrid layers, mtp_num_hidden_layers as Qwen/Qwen3.5-35B-A3B publishes it; text-only
+    # and as published (a one-block vision tower).
+    "Qwen3_5MoeForCausalLM": ("qwen3_5_moe_text", dict(_QWEN35_TEXT)),
+    "Qwen3_5MoeForConditionalGeneration": ("qwen3_5_moe", dict(
+        text_config=dict(_QWEN35_TEXT, model_type="qwen3_5_moe_text"),
+        vision_config=dict(depth=1, hidden_size=64, intermediate_size=64, num_heads=4, out_hidden_size=64,
+                           patch_size=16, temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64),
+        tie_word_embeddings=False)),
     # tests/step3p5.py's tiny Step-3.5 (the one served with multi-layer MTP in tests/test_multi_layer_mtp.py).
     "Step3p5ForCausalLM": ("step3p5", {k: v for k, v in step3p5.config().items() if k not in ("architectures",
                                                                                                "model_type")}),
@@ -177,14 +200,6 @@ SPECS: Dict[str, tuple] = {
                                        rope_theta=10000)),
     "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
 }
-# Architectures with a rule that SGLang cannot build on a CPU-only host: proven at config level only
-# (tests/test_layout.py against published configs), and the row says why.
-UNBUILT_ON_CPU: Dict[str, str] = {
-    "Qwen3NextForCausalLM": "its gated-delta-net layers allocate on the CUDA device at build time",
-    "Qwen3_5MoeForConditionalGeneration": "SGLang's qwen3_5 module does not import without sgl_kernel.fused_sigmoid_mul_cpu",
-    "Qwen3_5MoeForCausalLM": "SGLang's qwen3_5 module does not import without sgl_kernel.fused_sigmoid_mul_cpu",
-}
-
 # Where SGLang builds its own config class and transformers' differently-spelled one is not read as the same model
 # by the config view (which follows SGLang's): the row says so instead of comparing fingerprints.
 TRANSFORMERS_CONFIG_NOT_UNIFIED: Dict[str, str] = {
@@ -246,6 +261,11 @@ def init_runtime() -> None:
 
     if not has_gpu():
         activate_cpu_runtime()
+        # What a server's processes install before SGLang's registry imports its models (the *_cpu ops Qwen3.5's
+        # module reads at import, the device-module answer Qwen3-Next's layers are built with): the same module tree.
+        from sglang_r3.serving.patches.cpu import install_cpu_patches
+
+        install_cpu_patches()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 2000))
     from sglang.srt.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
@@ -280,8 +300,10 @@ def build_sglang(arch: str, cfg, draft: bool = False):
 
     from sglang_r3.dev.cpu import has_gpu
 
-    if not has_gpu():
+    if not has_gpu():  # configs/update_config.py: the config, and its text_config where it has one
         adjust_tp_num_heads_if_necessary(cfg, 1, is_post_update=True)
+        if hasattr(cfg, "text_config"):
+            adjust_tp_num_heads_if_necessary(cfg.text_config, 1, is_post_update=True)
     cls = ModelRegistry.models[arch]
     with torch.device("meta"), (draft_model_build_scope() if draft else contextlib.nullcontext()):
         return cls(config=cfg, quant_config=None)
@@ -419,6 +441,63 @@ def refusal(arch: str) -> str:
     raise AssertionError(f"{arch}: has no rule but is not refused")
 
 
+def loader_substitutions(archs: List[str]) -> Dict[str, List[tuple]]:
+    """substitute -> [(the checkpoint's architecture, quantization)]: where SGLang's loader
+    (``model_loader/utils.py`` ``get_model_architecture``) builds another registered class than the one the config
+    names (``QuantMixtralForCausalLM`` for a Mixtral quantized by a method its MoE layers do not take), found by
+    asking the loader itself for every architecture with every quantization method SGLang registers, and none."""
+    from sglang.srt.configs.model_config import ModelImpl
+    from sglang.srt.layers.quantization import QUANTIZATION_METHODS
+    from sglang.srt.model_loader.utils import get_model_architecture
+
+    out: Dict[str, List[tuple]] = {}
+    for arch in archs:
+        for quant in [None, *QUANTIZATION_METHODS]:
+            stub = SimpleNamespace(hf_config=SimpleNamespace(architectures=[arch]), quantization=quant,
+                                   model_impl=ModelImpl.AUTO, is_embedding_gemma=False)
+            _, resolved = get_model_architecture(stub)
+            if resolved != arch:
+                out.setdefault(resolved, []).append((arch, quant))
+    return out
+
+
+def prove_substitute(arch: str, originals: List[tuple]) -> Dict[str, Any]:
+    """A class SGLang's loader builds in place of the checkpoint's architecture: start-up computes the layout from
+    the checkpoint's config (the original's rule, or its refusal), then checks the routers of the model SGLang built
+    (``served_layout.check_main``), here the substitute built on the meta device from the original's tiny config."""
+    from sglang_r3.core.families import family_of
+    from sglang_r3.core.layout import layout_from_hf_config
+    from sglang_r3.serving.patches import served_layout
+
+    by_original: Dict[str, List[str]] = {}
+    for original, quant in originals:
+        by_original.setdefault(original, []).append(str(quant))
+    reasons, proofs, families = [], [], []
+    for original, quants in sorted(by_original.items()):
+        when = f"SGLang's loader builds {arch} for {original} checkpoints quantized with {', '.join(quants)}"
+        fam = family_of(original)
+        if fam is None or fam.rule is None:
+            reasons.append(f"{when}; {refusal(original)}")
+            continue
+        if original not in SPECS:
+            raise AssertionError(f"{arch}: substitutes {original}, which has a rule but no tiny config here")
+        model_type, values = SPECS[original]
+        cfg = config_object(original, model_type, values)
+        layout = layout_from_hf_config(cfg)
+        model = build_sglang(arch, cfg)
+        try:
+            routers = served_layout.check_main(model, layout)
+        except served_layout.LayoutMismatch as e:
+            reasons.append(f"{when}; start-up refuses that model: {e}")
+            continue
+        proofs.append(f"{when}: SGLang module tree: routers at {_ranges(sorted(routers))}, as {original}'s layout")
+        families.append(fam.name)
+    if reasons:
+        return {"status": "refused", "reason": "; ".join(reasons)}
+    return {"status": "rule", "family": ", ".join(families), "layout": "the layout of the checkpoint's architecture",
+            "proven": "; ".join(proofs), "fingerprint": ""}
+
+
 def sweep(only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
     from sglang_r3.dev.cpu import has_gpu
     from sglang_r3.core.families import family_of
@@ -438,10 +517,7 @@ def sweep(only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
         row = {"architecture": arch, "module": info["module"], "moe_source": info["moe_source"],
                "family": fam.name if fam else "", "importable": arch in ModelRegistry.models}
         try:
-            if has_rule and arch in UNBUILT_ON_CPU:  # the same rows on any host: the README is generated from them
-                row.update(status="rule", layout=f"{fam.name} rule", fingerprint="",
-                           proven=f"config level only: not built on a CPU-only host ({UNBUILT_ON_CPU[arch]})")
-            elif has_rule:
+            if has_rule:
                 if arch not in SPECS:
                     raise AssertionError(f"{arch} has a layout rule but no tiny config in tests/sweep.py: unproven")
                 row.update(prove(arch), status="rule")
@@ -450,16 +526,40 @@ def sweep(only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
         except Exception as e:  # noqa: BLE001 -- a row that failed says why; the test fails on it
             row.update(status="error", error=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
         rows.append(row)
-    return rows
+    # Classes the loader builds in place of a listed architecture (their modules need not look MoE).
+    listed = {r["architecture"] for r in rows}
+    for arch, originals in sorted(loader_substitutions(sorted(ModelRegistry.models)).items()):
+        if arch in listed or (only and arch not in only):
+            continue
+        row = {"architecture": arch, "module": entries.get(arch, {}).get("module", ""),
+               "moe_source": [f"built by SGLang's loader for {o} (quantization {q})" for o, q in originals],
+               "family": "", "importable": arch in ModelRegistry.models}
+        try:
+            row.update(prove_substitute(arch, originals))
+        except Exception as e:  # noqa: BLE001
+            row.update(status="error", error=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
+        rows.append(row)
+    return sorted(rows, key=lambda r: r["architecture"])
+
+
+def served_forwards() -> Dict[str, str]:
+    """architecture -> its served-forward oracle in tests/test_families.py (a tiny checkpoint saved by transformers'
+    class, served on the CPU runtime, rows = transformers' router top-k)."""
+    from tests.families import FAMILIES
+
+    return {f.model_class: f.name for f in FAMILIES.values() if not f.not_served}
 
 
 def markdown(rows: List[Dict[str, Any]]) -> str:
     lines = ["| architecture (SGLang module) | sglang-r3 | layout, and how it is proven / why refused |",
              "|---|---|---|"]
+    served = served_forwards()
     for r in rows:
         name = f"`{r['architecture']}` (`{r['module']}`)"
         if r["status"] == "rule":
-            lines.append(f"| {name} | captured ({r['family']}) | {r['layout']}. {r['proven']} |")
+            forward = (f"; served forward: `tests/test_families.py` ({served[r['architecture']]})"
+                       if r["architecture"] in served else "")
+            lines.append(f"| {name} | captured ({r['family']}) | {r['layout']}. {r['proven']}{forward} |")
         elif r["status"] == "refused":
             lines.append(f"| {name} | refused at start-up | {r['reason']} |")
         else:

@@ -12,6 +12,8 @@ from sglang_r3.dev.embedded import ensure_embedded_model
 from sglang_r3.core.layout import layout_from_model_path
 from sglang_r3.core.record import MtpRouting
 
+pytestmark = pytest.mark.release  # also run on SGLang 0.5.15.post1 (.ci/release-env)
+
 GREEDY = {"temperature": 0, "max_new_tokens": 6}
 PROMPT = [3, 14, 15, 92, 65, 35, 89, 79]
 

@@ -19,7 +19,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.release]
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("sglang_r3", "server", "benchmarks", "tests")
@@ -77,11 +77,37 @@ def test_the_check_names_a_package_outside_its_bounds_and_one_that_is_missing():
     ]
 
 
+# Which install this environment is: the README's (`.[test]`, SGLang 0.5.23) or slime's image as .ci/release-env
+# makes it (SGLang 0.5.15.post1 first, then `.[test-sglang-0-5-15]`).
+INSTALL_OF_SGLANG = {"0.5.23": "test", "0.5.15.post1": "test-sglang-0-5-15"}
+
+
+def this_install() -> str:
+    return INSTALL_OF_SGLANG.get(installed_versions().get("sglang", ""), "test")
+
+
+def test_each_served_sglang_release_has_its_install_and_the_server_extra_admits_both():
+    from sglang_r3.serving.patches.versions import SERVED
+
+    project = _project()
+    assert set(INSTALL_OF_SGLANG) == set(SERVED)
+    server = {canonicalize_name(r.name): r for _, r in requirement_lists(project, "server")}
+    for release, extra in INSTALL_OF_SGLANG.items():
+        pins = {canonicalize_name(r.name): r for w, r in requirement_lists(project, extra) if w == extra}
+        assert pins["sglang"].specifier.contains(release), (extra, release)
+        # What each install pins of SGLang's own stack, the server extra a rollout image meets admits: pip
+        # leaves the image's SGLang, torch and sgl-kernel alone.
+        for name in ("sglang", "torch", "sglang-kernel"):
+            (version,) = [s.version for s in pins[name].specifier if s.operator == "=="]
+            assert server[name].specifier.contains(version, prereleases=True), (extra, name, version)
+
+
 def test_installed_versions_are_inside_every_bound_of_the_test_install():
-    problems = out_of_bounds(requirement_lists(_project()), installed_versions())
+    extra = this_install()
+    problems = out_of_bounds(requirement_lists(_project(), extra), installed_versions())
     assert not problems, ("installed versions leave pyproject.toml's bounds (the suite was not run against "
-                          "them; reinstall with pip install -e \".[test]\" or run the suite and widen the bound):\n"
-                          + "\n".join(problems))
+                          f"them; reinstall with pip install -e \".[{extra}]\" or run the suite and widen the "
+                          "bound):\n" + "\n".join(problems))
 
 
 def test_every_requirement_has_a_ceiling():

@@ -1,37 +1,45 @@
 """DP attention served with exact rows on every DP rank, as slime's GLM-4.7 rollout runs it.
 
 slime's GLM-4.7 guide (THUDM/slime 624b824, ``scripts/run-glm4.7-30B-A3B.sh``) serves with
-``--enable-dp-attention --dp-size 8 --enable-dp-lm-head --moe-dense-tp-size 1`` and EAGLE MTP 3/1/4;
-here the same flags at 2 ranks on the CPU runtime, with chunked prefill, and (slime's launch path) forced
-retractions. Under DP attention every MoE layer routes the tokens
+``--enable-dp-attention --dp-size 8 --ep-size 8 --enable-dp-lm-head --moe-dense-tp-size 1`` and EAGLE MTP 3/1/4;
+here the same flags at 2 ranks on the CPU runtime (expert parallelism included: each rank holds half the experts,
+``sglang_r3/serving/patches/cpu/expert_parallel.py``), with chunked prefill; 3 ranks without expert parallelism
+(16 experts do not split 3 ways), where a window taken from the tail of the gathered batch is not the one taken
+from its head; and (slime's launch path) forced retractions. Under DP attention every MoE layer routes the tokens
 of all DP ranks gathered into one batch, so rank 1's rows are not at the front of what its router sees.
+
+Every request is pinned to a DP rank (``routed_dp_rank``, SGLang's own /generate field on both served
+releases), and the rank that served it is read back from SGLang's ``meta_info["dp_rank"]``.
 
 Oracles, none of them our capture: the suite's one-rank servers on the same prompts (a row is a function
 of the tokens: ``nospec_server`` for main rows, ``routing_server`` for the MTP section), and plain SGLang's
 own ``RoutedExpertsCapturer`` in the same DP configuration (``benchmarks/plain_server.py
---upstream-capture``: no sglang-r3 patch but the CPU runtime's). Each class holds one DP server (five
-processes, about 6 GB on the CPU runtime), started when the class starts and stopped when it ends.
+--upstream-capture``: no sglang-r3 patch but the CPU runtime's) under the same concurrent, pinned load. Each
+class holds one DP server (five or six processes, 6-8 GB on the CPU runtime), started when the class starts
+and stopped when it ends.
 """
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures as cf
-from typing import Dict, List
+from typing import List, Optional, Sequence
 
-import httpx
 import numpy as np
 import pytest
 
 from benchmarks.run import PlainServer
 from benchmarks.soak import SOAK_SERVER_ENV
-from tests.routing_http import TIMEOUT, flush_cache, greedy, ids, record_of
+from tests.routing_http import flush_cache, greedy, ids, record_of
 from tests.servers import ServerProcess
 from tests.test_launch_paths import OPT_IN, SLIME_OVERRIDES, SlimeLaunchServer
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.release]
 
 DP = ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention"]
-SLIME_GLM47 = DP + ["--enable-dp-lm-head", "--moe-dense-tp-size", "1"]
+# slime's flags (its guide: --ep-size 8 with --dp-size 8); the all-to-all backend stays none, as there.
+SLIME_GLM47 = DP + ["--enable-dp-lm-head", "--moe-dense-tp-size", "1", "--ep-size", "2"]
+DP3 = ["--tp-size", "3", "--dp-size", "3", "--enable-dp-attention", "--enable-dp-lm-head", "--moe-dense-tp-size", "1"]
 EAGLE = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
          "--speculative-num-draft-tokens", "4"]
 # Prefill chunks of 64 tokens: the long prompt is prefilled in several chunked forwards.
@@ -48,20 +56,24 @@ PROMPTS = [
 ]
 
 
-def _ask(url: str, prompt: str, mtp: bool = False) -> dict:
-    return greedy(url, NEW_TOKENS, input_ids=ids(prompt), return_routing={"mtp": True} if mtp else True,
-                  return_routed_experts=True)
+def _ask(url: str, prompt: str, mtp: bool = False, rank: Optional[int] = None, plain: bool = False, **extra) -> dict:
+    body = dict(input_ids=ids(prompt), return_routed_experts=True, **extra)
+    if not plain:  # plain SGLang's /generate has no routing options
+        body["return_routing"] = {"mtp": True} if mtp else True
+    if rank is not None:
+        body["routed_dp_rank"] = rank  # SGLang's own field (0.5.23 also takes the older data_parallel_rank)
+    out = greedy(url, NEW_TOKENS, **body)
+    if rank is not None:
+        assert out["meta_info"]["dp_rank"] == rank, (prompt, out["meta_info"].get("dp_rank"))
+    return out
 
 
-def _batch(url: str, prompts: List[str], mtp: bool = False) -> List[dict]:
-    # Concurrent requests: SGLang's DP controller deals them out round-robin, so both DP ranks get some.
+def _batch(url: str, prompts: Sequence[str], mtp: bool = False, ranks: Optional[Sequence[int]] = None,
+           dp: int = 2, plain: bool = False) -> List[dict]:
+    """Concurrent requests, each pinned to a rank (by default prompt i to rank i % dp)."""
+    ranks = [i % dp for i in range(len(prompts))] if ranks is None else ranks
     with cf.ThreadPoolExecutor(len(prompts)) as ex:
-        return list(ex.map(lambda p: _ask(url, p, mtp), prompts))
-
-
-def _rows_written(url: str) -> List[int]:
-    stats = httpx.get(url + "/routing/stats", timeout=TIMEOUT).json()
-    return [s["main_rows_written"] for s in stats]
+        return list(ex.map(lambda pr: _ask(url, pr[0], mtp, pr[1], plain), zip(prompts, ranks)))
 
 
 def _assert_same_rows(got: dict, want: dict, prompt: str) -> None:
@@ -71,10 +83,28 @@ def _assert_same_rows(got: dict, want: dict, prompt: str) -> None:
     assert got["meta_info"]["routed_experts"] == want["meta_info"]["routed_experts"], prompt
 
 
+def _assert_same_mtp(got: dict, want: dict, prompt: str) -> None:
+    a, b = record_of(got).mtp, record_of(want).mtp
+    assert a is not None and a.num_entries > 0, prompt
+    for field in ("positions", "depth", "step", "accepted", "experts", "tokens"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=f"{prompt}: {field}")
+
+
+class _OneRank:
+    """The one-rank server's answers (spec off), asked once per prompt."""
+
+    def __init__(self, url: str):
+        self.url, self._answers = url, {}
+
+    def __getitem__(self, prompt: str) -> dict:
+        if prompt not in self._answers:
+            self._answers[prompt] = _ask(self.url, prompt)
+        return self._answers[prompt]
+
+
 @pytest.fixture(scope="module")
-def one_rank(nospec_server) -> Dict[str, dict]:
-    """The one-rank server's answers (spec off), by prompt."""
-    return {p: _ask(nospec_server, p) for p in PROMPTS}
+def one_rank(nospec_server) -> _OneRank:
+    return _OneRank(nospec_server)
 
 
 class _Served:
@@ -89,30 +119,33 @@ class _Served:
 
 
 class TestOurLauncherWithSlimesGlm47Flags:
+    """2 DP ranks, expert parallelism over both (each holds 8 of the 16 experts: a token's output is its two
+    ranks' partial sums), EAGLE MTP, chunked prefill."""
+
     @pytest.fixture(scope="class")
     def dp_url(self):
         with _Served(ServerProcess(SLIME_GLM47 + EAGLE + CHUNKED)) as url:
             yield url
 
     def test_batch_rows_on_both_dp_ranks_equal_a_one_rank_server(self, dp_url, one_rank):
-        before = _rows_written(dp_url)
-        assert len(before) == 2, "expected one capturer per DP rank"
-        outs = _batch(dp_url, PROMPTS)
+        outs = _batch(dp_url, PROMPTS)  # prompt i on rank i % 2: the 210-token prompt's chunks on rank 1
         for prompt, got in zip(PROMPTS, outs):
             _assert_same_rows(got, one_rank[prompt], prompt)
-        after = _rows_written(dp_url)
-        assert all(a > b for a, b in zip(after, before)), f"both DP ranks must have served: {before} -> {after}"
 
     def test_a_lone_request_with_the_other_rank_idle(self, dp_url, one_rank):
         # The idle rank still joins every MoE layer's gather (an IDLE forward); the busy one files its rows.
-        for prompt in PROMPTS[:2]:
-            _assert_same_rows(_ask(dp_url, prompt), one_rank[prompt], prompt)
+        for rank, prompt in enumerate(PROMPTS[:2]):
+            _assert_same_rows(_ask(dp_url, prompt, rank=1 - rank), one_rank[prompt], prompt)
 
     def test_prefix_reuse_keeps_rows_exact(self, dp_url, one_rank):
-        prompt = PROMPTS[2]
-        _ask(dp_url, prompt)
-        second = _batch(dp_url, [prompt] * 4)  # the same prefix, now in both ranks' radix caches
-        for got in second:
+        # A different prompt per rank, each sharing a prefix with its rank's earlier one only: rows filed from
+        # the other rank's window, or a prefix matched against the other rank's cache, would differ.
+        firsts = [PROMPTS[2], PROMPTS[4] + " " + PROMPTS[5]]
+        _batch(dp_url, firsts)
+        seconds = [firsts[0] + " And once more.", firsts[1] + " Twice."]
+        outs = _batch(dp_url, seconds)
+        for prompt, got in zip(seconds, outs):
+            assert got["meta_info"]["cached_tokens"] > 0, prompt
             _assert_same_rows(got, one_rank[prompt], prompt)
 
     def test_mtp_section_equals_a_one_rank_speculative_server(self, dp_url, routing_server):
@@ -121,12 +154,72 @@ class TestOurLauncherWithSlimesGlm47Flags:
         flush_cache(dp_url)
         flush_cache(routing_server)
         ours = _batch(dp_url, PROMPTS, mtp=True)
-        ref = _batch(routing_server, PROMPTS, mtp=True)
+        ref = _batch(routing_server, PROMPTS, mtp=True, ranks=[None] * len(PROMPTS))
         for prompt, got, want in zip(PROMPTS, ours, ref):
-            a, b = record_of(got).mtp, record_of(want).mtp
-            assert a is not None and a.num_entries > 0, prompt
-            for field in ("positions", "depth", "step", "accepted", "experts", "tokens"):
-                np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=f"{prompt}: {field}")
+            _assert_same_mtp(got, want, prompt)
+
+
+# Three ranks' worth of work for one batch: very different loads (a 210-token prompt prefilled in 64-token chunks
+# on rank 0 while rank 1 decodes a short one and rank 2 prefills a 120-token prompt in two chunks after a
+# one-token one), then rank 0 idle while ranks 1 and 2 decode.
+UNEVEN = [("abc" * 70, 0), ("Hello there, how are you?", 1), ("x", 2), ("The quick brown fox " * 6, 2)]
+IDLE_RANK_0 = [("Routing replay keeps the policy ratio honest.", 1), ("MTP layers draft tokens.", 2)]
+# A different stem per rank, asked twice with different endings: the second round reuses each rank's own prefix.
+STEMS = ["Rank zero keeps its own prefix: " * 2, "A different stem for rank one, longer than the others. ",
+         "two:" * 12]
+PARTIAL = "partial rollout prompt, continued on every rank"
+
+
+class TestThreeRanks:
+    """3 DP ranks (slime's flags but expert parallelism), EAGLE MTP, chunked prefill: every request pinned."""
+
+    @pytest.fixture(scope="class")
+    def dp_url(self):
+        with _Served(ServerProcess(DP3 + EAGLE + CHUNKED)) as url:
+            yield url
+
+    def test_uneven_loads_and_chunked_prefills_in_one_batch(self, dp_url, one_rank):
+        prompts, ranks = zip(*UNEVEN)
+        for prompt, got in zip(prompts, _batch(dp_url, prompts, ranks=ranks)):
+            _assert_same_rows(got, one_rank[prompt], prompt)
+
+    def test_rank_0_idle_while_ranks_1_and_2_decode(self, dp_url, one_rank):
+        # Rank 0's slot at the head of the gather is empty: ranks 1 and 2 start at 0 and at rank 1's count.
+        prompts, ranks = zip(*IDLE_RANK_0)
+        for prompt, got in zip(prompts, _batch(dp_url, prompts, ranks=ranks)):
+            _assert_same_rows(got, one_rank[prompt], prompt)
+
+    def test_prefix_reuse_with_a_different_prompt_per_rank(self, dp_url, one_rank):
+        _batch(dp_url, [stem + "first" for stem in STEMS], dp=3)
+        seconds = [stem + "second" for stem in STEMS]
+        for prompt, got in zip(seconds, _batch(dp_url, seconds, dp=3)):
+            assert got["meta_info"]["cached_tokens"] > 0, prompt
+            _assert_same_rows(got, one_rank[prompt], prompt)
+
+    def test_partial_rollouts_on_every_rank(self, dp_url, one_rank):
+        # routing_start: rows (ours and upstream's) from that token on, each rank cutting its own request.
+        starts = [5, 12, 19]
+        full = one_rank[PARTIAL]
+        with cf.ThreadPoolExecutor(3) as ex:
+            outs = list(ex.map(lambda r: _ask(dp_url, PARTIAL, rank=r, routing_start=starts[r]), range(3)))
+        rows = np.frombuffer(base64.b64decode(full["meta_info"]["routed_experts"]), dtype=np.int32)
+        rows = rows.reshape(record_of(full).num_tokens, -1)
+        for start, got in zip(starts, outs):
+            assert got["output_ids"] == full["output_ids"]
+            rec = record_of(got)
+            assert rec.start == start
+            np.testing.assert_array_equal(rec.experts, record_of(full).experts[start:])
+            upstream = np.frombuffer(base64.b64decode(got["meta_info"]["routed_experts"]), dtype=np.int32)
+            np.testing.assert_array_equal(upstream.reshape(-1, rows.shape[1]), rows[start:])
+
+    def test_mtp_section_equals_a_one_rank_speculative_server(self, dp_url, routing_server):
+        prompts = [p for p, _ in UNEVEN[:3]]
+        flush_cache(dp_url)
+        flush_cache(routing_server)
+        ours = _batch(dp_url, prompts, mtp=True, ranks=[0, 1, 2])
+        ref = _batch(routing_server, prompts, mtp=True, ranks=[None] * 3)
+        for prompt, got, want in zip(prompts, ours, ref):
+            _assert_same_mtp(got, want, prompt)
 
 
 class TestSlimesLaunchPathAndPlainSGLang:
@@ -155,7 +248,8 @@ class TestSlimesLaunchPathAndPlainSGLang:
     @pytest.fixture(scope="class")
     def plain_answers(self, slime_answers):  # after slime's server stopped: one DP server at a time
         with _Served(PlainServer(DP + ["--disable-speculation", "--upstream-capture"])) as url:
-            yield [greedy(url, NEW_TOKENS, input_ids=ids(p), return_routed_experts=True) for p in PROMPTS]
+            # The same concurrent load as ours, pinned as ours was (prompt i on rank i % 2).
+            yield _batch(url, PROMPTS, plain=True)
 
     def test_slime_launch_path_rows_equal_a_one_rank_server_through_retractions(self, slime_answers, one_rank):
         for batch in slime_answers:

@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from sglang_r3.core.record import RoutingRecord
 from tests.routing_http import greedy, record_of
+
+pytestmark = pytest.mark.release  # also run on SGLang 0.5.15.post1 (.ci/release-env)
 
 PROMPT = list(b"in-process engine")
 

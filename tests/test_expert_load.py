@@ -137,6 +137,28 @@ def test_report_prints_the_table_and_writes_a_heatmap(tmp_path):
     assert "49 token rows, 3 MoE layers, 16 experts" in proc.stdout
 
 
+def test_report_png_without_matplotlib_names_the_extra_before_reading_anything(tmp_path):
+    # The base install (numpy only) prints the table; --png needs matplotlib, which the report extra brings.
+    import tomllib
+
+    layout = _layout(16, 4)
+    save_records(tmp_path / "b.r3", _synthetic(layout, [5, 6], seed=2), layout)
+    code = f"""
+import sys
+from sglang_r3.tools.report import main
+sys.exit(main([{str(tmp_path / 'b.r3')!r}, "--png", {str(tmp_path / 'load.png')!r}]))
+"""
+    proc = _run(code, ("matplotlib",))
+    assert proc.returncode == 2, proc.stderr
+    assert 'error: --png draws with matplotlib, which is not installed' in proc.stderr
+    assert 'pip install "sglang-r3[report]"' in proc.stderr
+    assert not (tmp_path / "load.png").exists() and proc.stdout == ""  # refused before any record was read
+    table = _run(code.replace(', "--png", ' + repr(str(tmp_path / "load.png")), ""), ("matplotlib",))
+    assert _ok(table).count("token rows") == 1  # without --png, the table alone
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert [r.split(">")[0] for r in extras["report"]] == ["matplotlib"]
+
+
 def test_report_refuses_a_file_that_is_not_records(tmp_path):
     (tmp_path / "x.r3").write_bytes(b"\x93\x01\x02\x03")
     proc = _report(tmp_path / "x.r3")

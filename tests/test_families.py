@@ -15,6 +15,12 @@ be transformers', so spec on = off.
 Llama 4 is served as published, ``Llama4ForConditionalGeneration`` (one-layer vision tower, text prompts):
 MoE every 2nd layer, top-1 weighing the expert input, NoPE every 4th layer, q/k norm; the CPU runtime runs its
 attention as CUDA does and its input-weighted top-1 experts (sglang_r3/serving/patches/cpu/llama4.py).
+Qwen3-Next (``Qwen3NextForCausalLM``) and Qwen3.5-MoE, text-only (``Qwen3_5MoeForCausalLM``) and as published
+(``Qwen3_5MoeForConditionalGeneration``, one-block vision tower and processor configs, text prompts): gated delta-net
+layers and full attention alternating, every layer MoE with a gated shared expert, one MTP layer in the checkpoint;
+the CPU runtime runs the linear attention through torch versions of the sgl-kernel ops SGLang's CPU path calls
+(sglang_r3/serving/patches/cpu/gdn.py, each checked against transformers' torch code in tests/test_cpu_gdn.py).
+Served with speculation off: see below.
 
 Families that do not run here, and why (SGLang 0.5.23, torch_native attention, CPU):
 - Llama 4 text-only checkpoints (``Llama4ForCausalLM``): refused at start-up by their layout rule. Served,
@@ -37,17 +43,25 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   lacks), and SGLang then picks the triton_kernels MoE runner for it. TorchNativeAttnBackend's forward_extend /
   forward_decode take no ``sinks`` keyword either.
 - Qwen3-VL-MoE (``Qwen3VLMoeForConditionalGeneration``, text routing; checkpoint with its image and video
-  processor configs): start-up stops in ``TokenizerManager.init_tokenizer_and_processor`` -> ``get_mm_processor``
-  ("No processor registered for architecture"): its processor module, sglang.srt.multimodal.processors.qwen_vl,
-  imports models/qwen3_5.py, which on CPU reads ``torch.ops.sgl_kernel.fused_sigmoid_mul_cpu`` (and
-  ``fused_qk_gemma_rmsnorm*_cpu``) at import; the CPU sgl_kernel has none, so the module is skipped ("Ignore import
-  error"). ``--language-model-only``, which skips the processor, is refused for this architecture
-  (``handle_language_model_only``: DeepSeek-V4 / Cosmos-3 / MuseGlimmer only).
+  processor configs): its processor now registers (its module imports models/qwen3_5.py, which imports on CPU once
+  the CPU runtime registers the ``*_cpu`` ops it reads, cpu/gdn.py), and start-up stops loading the weights:
+  ``qwen3_vl_moe.py load_fused_expert_weights`` hands each expert's slice of transformers 5's fused
+  ``mlp.experts.down_proj`` ([experts, hidden, intermediate]) to ``FusedMoE``'s ``_load_w2``, which expects it
+  transposed ("The size of tensor a (64) must match the size of tensor b (32)"): a checkpoint saved by transformers
+  5.19's class is not one SGLang 0.5.23 loads. (Before that, with 2 x intermediate = hidden, the fused
+  ``gate_up_proj`` has the shape SGLang expects either way round.)
   (tests: ``test_families_not_served_on_cpu_stop_where_the_docstring_says`` checks each of these stops.)
-- Qwen3.5-MoE (and Qwen3.5 MTP): SGLang's model modules do not import on CPU (``sgl_kernel`` has no
-  ``fused_sigmoid_mul_cpu``; logged as "Ignore import error when loading sglang.srt.models.qwen3_5").
-- Qwen3-Next: its gated-delta-net linear attention runs FLA Triton kernels (code reading, not run).
-- Qwen2-MoE: does not start, a Triton path (issue 18's report, not rerun).
+- Qwen3-Next and Qwen3.5-MoE with MTP speculation (their checkpoints' MTP layer drafting): not on the CPU runtime.
+  Served with ``--speculative-algorithm EAGLE`` (tried: the draft model loads), the first verify stops in
+  ``GDNAttnBackend.forward_extend`` (layers/attention/linear/gdn_backend.py), whose TARGET_VERIFY branch calls
+  ``causal_conv1d_update(..., intermediate_conv_window=..., intermediate_state_indices=..., retrieve_*=...)`` --
+  on CPU that name is sgl_kernel's ``mamba.causal_conv1d_update_cpu``, which takes none of those keywords
+  (TypeError); past it, committing the accepted drafts' states runs Triton kernels
+  (``scatter_mamba_states_after_mtp_verify``: ``fused_mamba_state_scatter_with_mask``, the conv-window scatters).
+  So their rows are proven with speculation off only (tests/test_cpu_gdn.py
+  ``test_sglangs_cpu_wrappers_reach_the_ops_and_the_verify_conv_update_does_not`` checks that call).
+- Qwen2-MoE: does not start, a Triton path (issue 18's report, not rerun; its shared-expert gate,
+  ``fused_gate_sigmoid_mul_add``, now runs in torch on CPU for Qwen3-Next and Qwen3.5, cpu/gdn.py).
 - MiniMax-M2: its QK norm (minimax_m2.py ``rms_sumsq_serial``) asserts CUDA tensors; served without it
   (``use_qk_norm`` unset, SGLang's default) its rows differ from transformers', which always normalises q and
   k -- which is why the layout rule refuses a config without ``use_qk_norm: true`` (run, then removed).
@@ -78,7 +92,13 @@ SAMPLING = {
 NEW_TOKENS = 24
 
 
-@pytest.fixture(scope="module", params=sorted(GROUPS))
+# Served on SGLang 0.5.15.post1 too (-m release): families whose routers 0.5.15 builds without a layer id
+# (Mixtral, OLMoE: the adapter files their rows under the layer of the experts beside them) and one it numbers.
+RELEASE_FAMILIES = ("mixtral", "olmoe", "qwen3_moe")
+
+
+@pytest.fixture(scope="module", params=[pytest.param(g, marks=pytest.mark.release) if g in RELEASE_FAMILIES else g
+                                        for g in sorted(GROUPS)])
 def served(request):
     """One family's servers at a time: pytest runs every test of a family, then the next family."""
     yield from serve_group(request.param)
@@ -98,14 +118,19 @@ def _upstream_rows(b64: str, T: int, num_layers: int, topk: int) -> np.ndarray:
 
 
 def test_layout_roles_are_transformers_module_tree(served, oracles):
-    name, url = served.family, served.url
+    for name in served.families:
+        _check_layout_roles(name, served.urls[name], oracles)
+
+
+def _check_layout_roles(name, url, oracles):
     layout = fetch_layout(url)
     model = oracles(name).model
     decoder = [l for l in layout.layers if l.role != ROLE_MTP]
     assert [l.role for l in decoder] == dense_or_moe(model)
     # MTP layers: transformers builds none; the checkpoint carries FAMILIES[name].mtp_layers NextN layers.
+    text_config = getattr(model.config, "text_config", model.config)
     assert [(l.id, l.depth) for l in layout.mtp_layers] == [
-        (model.config.num_hidden_layers + d, d + 1) for d in range(FAMILIES[name].mtp_layers)
+        (text_config.num_hidden_layers + d, d + 1) for d in range(FAMILIES[name].mtp_layers)
     ]
     for l in layout.moe_layers + tuple(m for m in layout.mtp_layers if m.num_experts):  # ERNIE's MTP is dense
         assert (l.num_experts, l.topk) == tuple(FAMILIES[name].experts_topk(model.config))
@@ -119,7 +144,11 @@ def test_layout_roles_are_transformers_module_tree(served, oracles):
 
 @pytest.mark.parametrize("mode", sorted(SAMPLING))
 def test_captured_rows_are_transformers_router_topk(served, oracles, mode):
-    name, url = served.family, served.url
+    for name in served.families:
+        _check_rows(name, served.urls[name], oracles, mode)
+
+
+def _check_rows(name, url, oracles, mode):
     layout = fetch_layout(url)
     trace = oracles(name)
     prompts = [list(p.encode()) for p in PROMPTS]

@@ -16,6 +16,7 @@ mutation. Bodies generate at most 4 tokens.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import random
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from sglang_r3_server.body import MAX_JSON_DEPTH, too_deep
 from sglang_r3.dev.embedded import EMBEDDED_CONFIG
 from tests.routing_http import TIMEOUT, greedy, record_of
 
-pytestmark = pytest.mark.fast
+pytestmark = [pytest.mark.fast, pytest.mark.release]
 
 VOCAB = EMBEDDED_CONFIG["vocab_size"]
 HIDDEN = EMBEDDED_CONFIG["hidden_size"]
@@ -38,6 +39,13 @@ PROMPT = list(b"hostile input")  # byte-level tokenizer: id == byte
 MSGPACK = "application/msgpack"
 
 BAD, OK, STREAM_ERROR = "4xx", "200", "stream-error"
+
+# The 4xx expected of a BAD body are SGLang 0.5.23's answers (its typed body contract, its limits on stop
+# strings, thinking budgets, pooling indices ...). SGLang 0.5.15 has no contract and fewer limits: there a
+# BAD body may also be served (200, a clean generate output); what still holds is what the guard is for:
+# no 5xx, no dead server, routing exact after the fuzz (wrong types 0.5.15 would act on are refused by
+# input_guard.body_type_error).
+LENIENT_RELEASE = importlib.metadata.version("sglang") == "0.5.15.post1"
 SEED = 20261130
 
 
@@ -507,6 +515,8 @@ def check(case: Case, resp: httpx.Response) -> Optional[str]:
     status = resp.status_code
     if status >= 500:
         return f"{status}: {resp.text[:200]}"
+    if case.expect == BAD and LENIENT_RELEASE and status == 200 and _is_generate_output(_decode_or_none(resp)):
+        return None  # 0.5.15 serves what its own code accepts (see LENIENT_RELEASE)
     if case.expect == BAD:
         if not 400 <= status < 500:
             return f"expected a 4xx, got {status}: {resp.text[:200]}"
@@ -538,6 +548,13 @@ def check(case: Case, resp: httpx.Response) -> Optional[str]:
     if not _is_generate_output(out):
         return f"200 without a generate response: {resp.content[:200]!r}"
     return None
+
+
+def _decode_or_none(resp: httpx.Response) -> Any:
+    try:
+        return _decode(resp)
+    except ValueError:
+        return None
 
 
 def post(client: httpx.Client, url: str, case: Case) -> httpx.Response:

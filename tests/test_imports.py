@@ -52,13 +52,13 @@ def test_every_sglang_name_the_adapter_api_hands_out_is_in_the_manifest():
     # entry, so `python -m sglang_r3.serving.patches.manifest` (and its test) checks it against the installed SGLang.
     import ast
 
-    from sglang_r3.serving.patches.manifest import BY_TARGET
+    from sglang_r3.serving.patches.manifest import MANIFEST
 
     tree = ast.parse((ROOT / "sglang_r3" / "serving" / "patches" / "api.py").read_text())
     names = [f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
              and (node.module or "").split(".")[0] == "sglang" for alias in node.names]
     assert len(names) >= 10
-    listed = set(BY_TARGET)
+    listed = {e.target for e in MANIFEST}
     # A module imported whole (``from sglang.srt.entrypoints import http_server``) is listed by what we use of it.
     unlisted = [n for n in names if n not in listed and not any(t.startswith(n + ".") for t in listed)]
     assert not unlisted, f"not in sglang_r3/serving/patches/manifest.py: {unlisted}"

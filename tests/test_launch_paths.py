@@ -34,7 +34,7 @@ from sglang_r3.dev.embedded import default_speculative_flags, ensure_embedded_mo
 from tests.routing_http import TIMEOUT, greedy, ids
 from tests.servers import ServerProcess
 
-pytestmark = pytest.mark.sglang
+pytestmark = [pytest.mark.sglang, pytest.mark.release]
 
 ROOT = Path(__file__).resolve().parent.parent
 OPT_IN = {settings.ENABLED: "1"}
@@ -198,11 +198,35 @@ def test_sglang_cli_refuses_two_batch_overlap_naming_the_flag():
     assert "SGLANG_R3_ENABLED=1" in proc.stderr
 
 
+def _installed_sglang() -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version("sglang")
+
+
 def test_slime_launch_refuses_another_speculative_algorithm_naming_the_flag():
     # Resolved by SGLang before our plugin loads (slime's path): refused at check_server_args, in the child.
-    proc = _refused([sys.executable, str(ROOT / "tests" / "slime_launch.py"), "0",
-                     json.dumps({**SLIME_OVERRIDES, "speculative_algorithm": "NGRAM"})])
+    cmd = [sys.executable, str(ROOT / "tests" / "slime_launch.py"), "0",
+           json.dumps({**SLIME_OVERRIDES, "speculative_algorithm": "NGRAM"})]
+    if CPU and _installed_sglang() == "0.5.15.post1":
+        # 0.5.15 resolves ServerArgs when slime builds it, in slime's own process (no plugin loaded there), and
+        # itself refuses NGRAM off CUDA (arg_groups/speculative_hook.py _handle_ngram): no server starts, so no
+        # child for our refusal. On a GPU the child starts and check_server_args refuses it as on 0.5.23.
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=REFUSAL_TIMEOUT_S, cwd=ROOT,
+                              env={**os.environ, **OPT_IN})
+        assert proc.returncode != 0 and "server_args=" not in proc.stdout + proc.stderr
+        assert "Ngram speculative decoding only supports CUDA device" in proc.stderr, proc.stderr[-3000:]
+        return
+    proc = _refused(cmd)
     assert "\n  --speculative-algorithm NGRAM: " in proc.stderr, proc.stderr[-3000:]
+    assert "slime_launch: server process exited with 1" in proc.stdout
+
+
+def test_slime_launch_refuses_a_multi_tokenizer_server_naming_the_flag():
+    # The same path with a setting every served release resolves on the CPU runtime: the child refuses it.
+    proc = _refused([sys.executable, str(ROOT / "tests" / "slime_launch.py"), "0",
+                     json.dumps({**SLIME_OVERRIDES, "tokenizer_worker_num": 2})])
+    assert "\n  --tokenizer-worker-num 2: " in proc.stderr, proc.stderr[-3000:]
     assert "slime_launch: server process exited with 1" in proc.stdout
 
 
@@ -237,12 +261,12 @@ def our_launchers_resolved_args():
 
     if CPU:
         activate_cpu_runtime()
-    from sglang.srt.arg_groups.overrides import resolving_view
-    from sglang.srt.server_args import prepare_server_args
+    from sglang_r3.serving.patches.api import prepare_server_args
+    from sglang_r3.serving.patches.release import resolved
 
-    server_args = prepare_server_args(resolve_argv([], cpu=CPU))
-    server_args.resolve_once()
-    yield resolving_view(server_args)
+    server_args, resolve = prepare_server_args(resolve_argv([], cpu=CPU))
+    resolve()
+    yield resolved(server_args)
     os.environ.clear()
     os.environ.update(saved)
 
@@ -255,7 +279,8 @@ def test_opt_in_requires_exactly_what_our_launcher_adds(our_launchers_resolved_a
     monkeypatch.setenv(settings.DEFAULT_ROUTING, "everything")  # what --r3-default-routing would refuse
     settings.current.cache_clear()  # read once per process: read this one afresh
     [missing] = missing_settings(our_launchers_resolved_args)
-    assert missing.flag.startswith("SGLANG_R3_DEFAULT_ROUTING=main|main+mtp|ref") and "'everything'" in missing.reason
+    assert missing.flag == "SGLANG_R3_DEFAULT_ROUTING (environment variable)"
+    assert missing.reason.startswith("must be main|main+mtp|ref, got 'everything'; it says which routing")
 
 
 # -- hooks bind or stop start-up; without the opt-in nothing is touched ----------------------------------
@@ -312,12 +337,16 @@ _PLUGIN_STATE = textwrap.dedent("""
     load_plugins()
     from sglang.srt.server_args import ServerArgs
     from sglang.srt.managers.tokenizer_manager import TokenizerManager
+    import importlib.metadata  # not our package: importing it would load sglang_r3.serving.patches
+    resolution, response = (("__post_init__", "_wait_one_response")
+                            if importlib.metadata.version("sglang") == "0.5.15.post1"
+                            else ("resolve_once", "_stream_one_response"))
     print(json.dumps({
         "ours_loaded": "sglang_r3.serving.patches" in sys.modules,
         "hooks": sorted([t, src.plugin_name if src else None] for t, hs in HookRegistry._hooks.items() for _, _, src in hs),
-        "wrapped": [f for f, o in (("ServerArgs.resolve_once", ServerArgs.resolve_once),
+        "wrapped": [f for f, o in (("ServerArgs.resolution", getattr(ServerArgs, resolution)),
                                    ("ServerArgs.check_server_args", ServerArgs.check_server_args),
-                                   ("TokenizerManager._stream_one_response", TokenizerManager._stream_one_response))
+                                   ("TokenizerManager.response", getattr(TokenizerManager, response)))
                     if hasattr(o, "__wrapped__")],
         "env_changed": sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)),
     }))
@@ -345,8 +374,10 @@ def test_without_the_opt_in_sglang_loads_our_plugin_and_it_installs_nothing():
     # The same loader with the opt-in: the methods above are ours to wrap, and only then.
     on = _plugin_state({**OPT_IN, "SGLANG_PLUGINS": None})
     ours = {t for t, src in on["hooks"] if src == "sglang_r3"}
+    from sglang_r3.serving.patches.versions import installed
+
+    response = "_wait_one_response" if installed() == "0.5.15.post1" else "_stream_one_response"
     assert {"sglang.srt.server_args.ServerArgs.check_server_args",
-            "sglang.srt.managers.tokenizer_manager.TokenizerManager._stream_one_response",
+            f"sglang.srt.managers.tokenizer_manager.TokenizerManager.{response}",
             "sglang.srt.layers.moe.topk.capture_routed_experts_if_allowed"} <= ours
-    assert on["wrapped"] == ["ServerArgs.resolve_once", "ServerArgs.check_server_args",
-                             "TokenizerManager._stream_one_response"]
+    assert on["wrapped"] == ["ServerArgs.resolution", "ServerArgs.check_server_args", "TokenizerManager.response"]

@@ -7,14 +7,17 @@ processes: the plugin's hook list is process-global, and start-up is what is bei
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.sglang
+pytestmark = [pytest.mark.sglang, pytest.mark.release]
 
 TARGET = "sglang.srt.managers.io_struct.GenerateReqInput.normalize_batch_and_arguments"
 
@@ -38,7 +41,7 @@ def test_the_plugin_starts_and_every_hook_it_registers_is_in_the_manifest():
         from sglang_r3.serving.patches import hooks, manifest
         p.plugin()  # what SGLang's plugin loader calls in every process it starts
         got = hooks.registered()
-        assert got and all(t in manifest.BY_TARGET for t in got), got
+        assert got and all(t in manifest.by_target() for t in got), got
         print("REGISTERED", len(got))
     """)
     assert r.returncode == 0 and "REGISTERED" in r.stdout, r.stdout + r.stderr
@@ -47,21 +50,21 @@ def test_the_plugin_starts_and_every_hook_it_registers_is_in_the_manifest():
 @pytest.mark.parametrize("change,expect", [
     ("renamed", "has no attribute 'normalize_batch_and_arguments'"),
     ("signature", "signature changed: written against (self, strict)"),
-    ("unlisted", "not listed in sglang_r3/serving/patches/manifest.py"),
+    ("unlisted", "in sglang_r3/serving/patches/manifest.py"),
 ])
 def test_a_hook_target_that_is_renamed_changed_or_unlisted_stops_start_up_naming_it(change, expect):
     r = _run(f"""
         import dataclasses
         from sglang_r3.serving.patches import manifest
         target = {TARGET!r}
-        entry = manifest.BY_TARGET.pop(target)
+        entry = manifest.by_target().pop(target)
         if {change!r} == "renamed":  # SGLang renamed the method our hook is written for
             from sglang.srt.managers.io_struct import GenerateReqInput
             GenerateReqInput.normalize_batch_and_argumentz = GenerateReqInput.normalize_batch_and_arguments
             del GenerateReqInput.normalize_batch_and_arguments
-            manifest.BY_TARGET[target] = entry
+            manifest.by_target()[target] = entry
         elif {change!r} == "signature":  # the manifest records another shape than the installed one
-            manifest.BY_TARGET[target] = dataclasses.replace(entry, signature="(self, strict)")
+            manifest.by_target()[target] = dataclasses.replace(entry, signature="(self, strict)")
         import sglang_r3.serving.patches as p
         p.plugin()
         print("STARTED")
@@ -97,4 +100,149 @@ def test_a_used_sglang_name_that_is_gone_stops_start_up_naming_it(launch):
         print("STARTED")
     """)
     assert r.returncode != 0 and "STARTED" not in r.stdout, r.stdout + r.stderr
-    assert "sglang-r3 refuses to start" in r.stderr and USES in r.stderr, r.stderr[-3000:]
+    # Named as the manifest target, or (0.5.15, where another hooked module imports it) as the import of it
+    # that fails.
+    named = USES in r.stderr or f"cannot import name '{USES.rpartition('.')[2]}'" in r.stderr
+    assert "sglang-r3 refuses to start" in r.stderr and named, r.stderr[-3000:]
+
+
+# -- the manifest is complete: every SGLang name patches/ imports, names, hooks or reads is listed ------------
+
+PATCHES = Path(__file__).resolve().parents[1] / "sglang_r3" / "serving" / "patches"
+ROOT_PKG = Path(__file__).resolve().parents[1] / "sglang_r3"
+
+
+def _module_strings(tree: ast.Module) -> dict:
+    """Module-level ``NAME = "literal"`` constants (f-strings in hook targets are built from them)."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    out[t.id] = node.value.value
+    return out
+
+
+def _string_of(node, consts: dict):
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                parts.append(str(v.value))
+            elif isinstance(v, ast.FormattedValue) and isinstance(v.value, ast.Name) and v.value.id in consts:
+                parts.append(consts[v.value.id])
+            else:
+                return None
+        return "".join(parts)
+    return None
+
+
+def sglang_names_in_patches():
+    """(file, dotted name) for every SGLang module or name imported and every dotted SGLang string in patches/."""
+    found = []
+    for path in sorted(PATCHES.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        consts = _module_strings(tree)
+        rel = str(path.relative_to(PATCHES))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in _SGLANG:
+                found += [(rel, f"{node.module}.{a.name}") for a in node.names]
+            elif isinstance(node, ast.Import):
+                found += [(rel, a.name) for a in node.names if a.name.split(".")[0] in _SGLANG]
+            else:
+                text = _string_of(node, consts)
+                if text and re.fullmatch(r"(sglang|sgl_kernel)(\.\w+)+", text):
+                    found.append((rel, text))
+    return found
+
+
+_SGLANG = ("sglang", "sgl_kernel")
+
+
+def _ours() -> set:
+    """Every name sglang-r3 defines (functions, classes, attributes it assigns, dataclass fields, keywords)."""
+    names = set()
+    for path in ROOT_PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+            elif isinstance(node, ast.Assign):
+                for t in node.targets:
+                    names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
+
+
+def _other_libraries() -> set:
+    """Attribute names of the non-SGLang objects patches/ handles: torch, numpy, the standard library, FastAPI
+    routes, packaging versions, msgspec."""
+    import argparse, builtins, collections, contextvars, ctypes, dataclasses, enum, functools, importlib
+    import importlib.metadata, importlib.util, inspect, itertools, logging, math, numbers, os, re as re_
+    import sys as sys_, threading, types, typing
+
+    import fastapi.routing
+    import msgspec
+    import numpy as np
+    import packaging.version
+    import torch
+
+    objects = [builtins, str, bytes, list, dict, set, tuple, int, float, type, object, BaseException, argparse,
+               argparse.ArgumentParser, argparse.Action, collections, contextvars, contextvars.ContextVar, ctypes,
+               dataclasses, functools, importlib, importlib.util, inspect, inspect.Parameter, inspect.Signature,
+               itertools, logging, logging.Logger, math, os, os.path, re_, re_.Match, sys_, threading, types, typing,
+               fastapi.routing.APIRoute, fastapi.FastAPI, msgspec, msgspec.structs, np, np.ndarray, np.dtype,
+               packaging.version.Version, torch, torch.Tensor, torch.library, torch.library.Library, torch.cuda,
+               torch.nn.Module, torch.nn.functional, torch.distributed, torch._C, enum.Enum, numbers,
+               importlib.metadata, ctypes.c_void_p, ctypes.c_int64,
+               type(ctypes.c_uint8 * 1),  # ctypes array types (from_address)
+               types.FrameType, types.CodeType]  # release.constructing_engine walks the caller's frames
+    # Instance attributes those classes set in __init__ (dir() of the class does not show them).
+    instance = {"dest", "option_strings", "_actions",  # argparse parsers and actions
+                "endpoint", "methods", "response_model", "responses", "openapi_extra",  # FastAPI routes
+                "inc",  # prometheus_client counters (sglang_r3.serving.metrics makes them)
+                "get_vocab"}  # a Hugging Face tokenizer (the TokenizerManager's .tokenizer)
+    return {a for o in objects for a in dir(o)} | instance
+
+
+def attributes_read_in_patches():
+    """attribute name -> files of patches/ that read it from something sglang-r3 did not define."""
+    ours, other = _ours(), _other_libraries()
+    out = {}
+    for path in sorted(PATCHES.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                if node.attr not in ours and node.attr not in other:
+                    out.setdefault(node.attr, set()).add(str(path.relative_to(PATCHES)))
+    return out
+
+
+@pytest.mark.fast
+def test_every_sglang_name_patches_imports_or_names_is_in_the_manifest():
+    from sglang_r3.serving.patches.manifest import MANIFEST
+
+    targets = {e.target for e in MANIFEST}
+    found = sglang_names_in_patches()
+    assert len(found) > 60
+    # A name is listed, or a module / class of a listed target (``_MR = "...ModelRunner"`` prefixes hook targets).
+    unlisted = sorted({(f, n) for f, n in found if n not in targets and not any(t.startswith(n + ".") for t in targets)})
+    assert not unlisted, "SGLang names patches/ uses that sglang_r3/serving/patches/manifest.py does not list:\n" + \
+        "\n".join(f"  {f}: {n}" for f, n in unlisted)
+
+
+@pytest.mark.fast
+def test_every_attribute_patches_reads_of_an_sglang_object_is_in_the_manifest():
+    # Read by name (no types in the AST): an attribute sglang-r3 does not define and no library object it
+    # handles has is SGLang's, and must be a "reads" attribute or the name of a listed target, so that
+    # start-up checks it on the installed release instead of a hook failing on first use.
+    from sglang_r3.serving.patches.manifest import MANIFEST
+
+    listed = {a for e in MANIFEST for a in e.attrs} | {e.target.rpartition(".")[2] for e in MANIFEST}
+    reads = attributes_read_in_patches()
+    unlisted = {a: sorted(files) for a, files in reads.items() if a not in listed}
+    assert not unlisted, "attributes patches/ reads of SGLang objects that no manifest entry lists:\n" + \
+        "\n".join(f"  .{a}: {files}" for a, files in sorted(unlisted.items()))

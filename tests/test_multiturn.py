@@ -18,7 +18,7 @@ from sglang_r3.trainer import check_records
 from sglang_r3.trainer.join import RecordPart, join_records
 from tests.routing_http import flush_cache, full_ids, greedy, record_of
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.release]
 
 # Byte-level tokenizer: id == byte, and ids 1..250 are plain tokens.
 TURN1 = list(b"User: name three primes.\nAssistant:")

@@ -16,6 +16,8 @@ from sglang_r3.core.layout import ModelLayout
 from sglang_r3.core.record import RoutingRecord
 from tests.routing_http import TIMEOUT, fetch_layout, flush_cache, full_ids, greedy, ids, record_of
 
+pytestmark = pytest.mark.release  # also run on SGLang 0.5.15.post1 (.ci/release-env)
+
 PROMPTS = ["The quick brown fox", "Routing replay keeps the policy ratio honest.", "abc"]
 E = EMBEDDED_CONFIG["n_routed_experts"]
 K = EMBEDDED_CONFIG["num_experts_per_tok"]

@@ -29,15 +29,43 @@ def test_an_empty_environment_is_every_default():
     assert parse({"PATH": "/bin", "SGLANG_USE_CPU_ENGINE": "1"}) == Settings()  # not ours
 
 
-@pytest.mark.parametrize("name, field", [(settings.ENABLED, "enabled"), (settings.CPU, "cpu"),
-                                         (settings.FORCE_CPU, "force_cpu"), (settings.HEALTH, "health")])
-def test_each_switch_is_1_for_on_and_0_or_unset_for_off(name, field):
-    assert getattr(parse({name: "1"}), field) is True
-    assert getattr(parse({name: "0"}), field) is False
-    assert getattr(parse({name: ""}), field) is False
-    with pytest.raises(SettingsError, match=rf"{name} must be 1 \(on\) or 0 / unset \(off\), got 'yes'") as info:
-        parse({name: "yes"})
-    assert (info.value.name, info.value.value) == (name, "yes")
+SWITCHES = [(settings.ENABLED, "enabled"), (settings.CPU, "cpu"), (settings.FORCE_CPU, "force_cpu"),
+            (settings.HEALTH, "health")]
+ON = ["1", "true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", " 1", "true\n"]
+OFF = ["0", "false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", "", " "]
+
+
+@pytest.mark.parametrize("name, field", SWITCHES)
+def test_each_switch_takes_the_usual_spellings_in_any_case(name, field):
+    assert all(getattr(parse({name: v}), field) is True for v in ON)
+    assert all(getattr(parse({name: v}), field) is False for v in OFF)
+    assert getattr(parse({}), field) is False  # unset
+
+
+@pytest.mark.parametrize("name, field", SWITCHES)
+@pytest.mark.parametrize("value", ["2", "-1", "y", "n", "enable", "disabled", "onn", "true1", "1.0", "t", "f"])
+def test_each_switch_refuses_any_other_value_naming_the_variable(name, field, value):
+    with pytest.raises(SettingsError) as info:
+        parse({name: value})
+    assert (info.value.name, info.value.value) == (name, value)
+    assert str(info.value).startswith(
+        f"{name} must be 1/true/yes/on (on) or 0/false/no/off / unset (off), in any case, got {value!r} ({name}: ")
+
+
+def test_a_bad_switch_is_named_by_the_opt_in_launch_check(monkeypatch):
+    # SGLang's own launchers (the user sets SGLANG_R3_ENABLED): the variable is named with what it takes.
+    from sglang_r3.serving.patches.opt_in import missing_settings
+
+    monkeypatch.setenv(settings.ENABLED, "enable")
+    settings.current.cache_clear()
+    try:
+        (missing,) = missing_settings(object())  # read before the configuration: what it means depends on it
+    finally:
+        monkeypatch.undo()
+        settings.current.cache_clear()
+    assert missing.flag == f"{settings.ENABLED} (environment variable)"
+    assert missing.reason.startswith("must be 1/true/yes/on (on) or 0/false/no/off / unset (off), in any case, "
+                                     "got 'enable'; it says routing capture on")
 
 
 def test_cache_folder():

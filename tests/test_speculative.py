@@ -16,6 +16,8 @@ import pytest
 
 from tests.routing_http import TIMEOUT, flush_cache, full_ids, greedy, record_of
 
+pytestmark = pytest.mark.release  # also run on SGLang 0.5.15.post1 (.ci/release-env)
+
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog.",
     "Speculative decoding with MTP",

@@ -1,9 +1,11 @@
 """Configurations outside the capture envelope are refused at start-up, naming the flag.
 
 Argument level, in process: the argv our launcher builds (``resolve_argv(..., cpu=True)``), SGLang's own
-``prepare_server_args``, then ``check_supported`` (which also runs SGLang's resolution, ``resolve_once``).
-No server is started, except the one end-to-end launch at the bottom, which must exit before SGLang
-launches anything.
+record of it as asked for (``api.prepare_server_args``, as our launcher takes it), then ``check_supported``
+(which also runs SGLang's resolution: 0.5.23's ``resolve_once``, 0.5.15's ``__post_init__``). No server is
+started, except the one end-to-end launch at the bottom, which must exit before SGLang launches anything.
+On every served release: a flag the installed release does not have is shown to be refused by SGLang's own
+parser (nothing to serve or refuse there).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 from sglang_r3.core import settings
 from sglang_r3.serving.launch import resolve_argv
 
-pytestmark = pytest.mark.sglang
+pytestmark = [pytest.mark.sglang, pytest.mark.release]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +34,7 @@ def sglang_args():
 
     if not has_gpu():
         activate_cpu_runtime()
-    from sglang.srt.server_args import prepare_server_args
+    from sglang_r3.serving.patches.api import prepare_server_args
 
     yield prepare_server_args
     os.environ.clear()
@@ -43,8 +45,8 @@ def _check(prepare_server_args, flags, *, pass_argv=True):
     from sglang_r3.serving.patches.startup_checks import check_supported
 
     argv = resolve_argv(flags, cpu=True)
-    server_args = prepare_server_args(argv)
-    check_supported(server_args, argv=argv if pass_argv else None)
+    server_args, resolve = prepare_server_args(argv)
+    check_supported(server_args, argv=argv if pass_argv else None, resolve=resolve)
     return server_args
 
 
@@ -54,6 +56,41 @@ def _refusal(prepare_server_args, flags, **kw):
     with pytest.raises(UnsupportedConfigError) as info:
         _check(prepare_server_args, flags, **kw)
     return info.value
+
+
+def _resolved(server_args):
+    from sglang_r3.serving.patches.release import resolved
+
+    return resolved(server_args)
+
+
+def _release() -> str:
+    from sglang_r3.serving.patches.versions import installed
+
+    return installed()
+
+
+def _absent_flags(flags) -> list:
+    """The flags of ``flags`` the installed SGLang release does not have."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(add_help=False)
+    ServerArgs.add_cli_args(parser)
+    known = {s for a in parser._actions for s in a.option_strings}
+    return [f for f in flags if f.startswith("--") and f not in known]
+
+
+def _not_on_this_release(sglang_args, flags) -> bool:
+    """True (after checking SGLang's own parser refuses it) when a flag of ``flags`` does not exist on the
+    installed release: there is nothing there to serve or refuse."""
+    absent = _absent_flags(flags)
+    if not absent:
+        return False
+    with pytest.raises(SystemExit):  # argparse: "unrecognized arguments"
+        sglang_args(resolve_argv(flags, cpu=True))
+    return True
 
 
 def _assert_only_flag(err, flag: str, *reason_words: str):
@@ -93,9 +130,7 @@ def test_supported_configuration_passes_the_check(sglang_args, flags):
 def test_expert_parallel_without_all_to_all_backend_is_accepted(sglang_args):
     # With --moe-a2a-backend none every rank routes the whole batch: rows are complete.
     server_args = _check(sglang_args, ["--tp-size", "2", "--ep-size", "2"])
-    from sglang.srt.arg_groups.overrides import resolving_view
-
-    assert resolving_view(server_args).moe_a2a_backend == "none"
+    assert _resolved(server_args).moe_a2a_backend == "none"
 
 
 @pytest.mark.parametrize(
@@ -115,18 +150,39 @@ def _function_source(module: str, function: str) -> str:
     return ast.get_source_segment(text, node)
 
 
-@pytest.mark.parametrize(
-    "module, function",
-    [
-        ("sglang.srt.layers.moe.topk", "_post_process_topk_ids"),
-        ("sglang.srt.hardware_backend.npu.moe.topk", "_finalize_topk_npu"),
-    ],
-)
-def test_capture_site_runs_before_the_eplb_logical_to_physical_remap(module, function):
+# The function of each release's top-k path that calls the capture site and remaps logical expert ids.
+_TOPK_PATHS = {
+    "0.5.23": [("sglang.srt.layers.moe.topk", "_post_process_topk_ids"),
+               ("sglang.srt.hardware_backend.npu.moe.topk", "_finalize_topk_npu")],
+    "0.5.15.post1": [("sglang.srt.layers.moe.topk", "_post_process_topk_ids"),
+                     ("sglang.srt.hardware_backend.npu.moe.topk", "fused_topk_npu")],
+}
+
+
+@pytest.mark.parametrize("path", [0, 1], ids=["cuda-cpu", "npu"])
+def test_capture_site_runs_before_the_eplb_logical_to_physical_remap_or_eplb_is_refused(sglang_args, path):
     # Why EPLB is accepted: rows hold the router's logical expert ids, whatever EPLB does to placement.
-    # If an SGLang bump moves the capture after the remap, EPLB must be refused instead.
+    # Where a release captures after the remap (0.5.15's NPU path), EPLB is refused on that device instead.
+    module, function = _TOPK_PATHS[_release()][path]
     src = _function_source(module, function)
-    assert src.index("capture_routed_experts_if_allowed(") < src.index("topk_ids_logical_to_physical(")
+    if src.index("capture_routed_experts_if_allowed(") < src.index("topk_ids_logical_to_physical("):
+        return
+    from sglang_r3.serving.patches.startup_checks import _FlagNames, _refusals
+
+    assert path == 1 and _release() == "0.5.15.post1", (module, function)
+
+    class OnNpuWithEplb:  # the resolved default launch, as it would be on an NPU with EPLB on
+        device, enable_eplb = "npu", True
+
+        def __init__(self, cfg):
+            self._cfg = cfg
+
+        def __getattr__(self, name):
+            return getattr(self._cfg, name)
+
+    npu = OnNpuWithEplb(_resolved(_check(sglang_args, [])))
+    hits = [r.flag for r in _refusals(npu, _FlagNames([]), resolved=True, raw=npu)]
+    assert hits == ["--enable-eplb on --device npu"], hits
 
 
 def test_single_batch_overlap_is_accepted(sglang_args):
@@ -158,13 +214,37 @@ def test_skip_tokenizer_init_is_accepted(sglang_args):
 def test_dp_attention_is_accepted(sglang_args, flags):
     # Each DP rank's rows are cut out of the gathered batch (patches/dp_rows.py; tests/test_dp_attention.py
     # serves it and compares with a one-rank server and with plain SGLang's own capturer).
+    if _not_on_this_release(sglang_args, flags):  # 0.5.15 has no --attn-dp-size
+        return
     _check(sglang_args, flags)
 
 
+# A GPU's device (DeepEP is served there; the CPU runtime cannot run it, below). Arguments only: nothing starts.
+ON_A_GPU = ["--device", "cuda"]
+
+
 @pytest.mark.parametrize("backend", ["deepep"])  # SGLang itself refuses deepep_v2 for GLM-4.5 (not registered)
-def test_deepep_with_attention_tp_is_accepted(sglang_args, backend):
+def test_deepep_with_attention_tp_is_accepted_on_a_gpu(sglang_args, backend):
     # Upstream's capturer all-gathers top-k across attention-TP ranks for exactly these; so does ours.
-    _check(sglang_args, ["--moe-a2a-backend", backend, "--tp-size", "2", "--ep-size", "2"])
+    _check(sglang_args, ["--moe-a2a-backend", backend, "--tp-size", "2", "--ep-size", "2", *ON_A_GPU])
+
+
+@pytest.mark.parametrize("flags", [
+    ["--moe-a2a-backend", "deepep", "--tp-size", "2", "--ep-size", "2"],
+    ["--enable-dp-attention", "--tp-size", "2", "--dp-size", "2", "--ep-size", "2", "--moe-a2a-backend", "deepep"],
+], ids=["attention-tp", "dp-attention"])
+def test_deepep_on_the_cpu_runtime_is_refused_naming_sglangs_call_that_stops_it(sglang_args, flags):
+    # On a CPU host SGLang would start and then stop building the first MoE layer (tests/test_expert_parallel.py
+    # runs that call here); expert parallelism without an all-to-all backend is served instead.
+    err = _refusal(sglang_args, flags)
+    _assert_only_flag(err, "--moe-a2a-backend deepep on --device cpu", "use_deepep is False",
+                      "_DeepEPDispatcherImplBase.__init__", "--moe-a2a-backend none) is served")
+
+
+def test_expert_parallelism_without_an_all_to_all_backend_is_accepted_on_the_cpu_runtime(sglang_args):
+    # Served and compared with a one-rank server in tests/test_dp_attention.py (slime's GLM-4.7 flags).
+    _check(sglang_args, ["--enable-dp-attention", "--tp-size", "2", "--dp-size", "2", "--ep-size", "2",
+                         "--moe-a2a-backend", "none"])
 
 
 def test_all_to_all_backend_with_attention_tp_is_refused_naming_the_combination(sglang_args):
@@ -179,16 +259,17 @@ def test_all_to_all_backend_with_attention_tp_is_refused_naming_the_combination(
 
 @pytest.mark.parametrize(
     "flags",
-    [["--enable-waterfill", "--tp-size", "2"], ["--moe-a2a-backend", "none", "--enable-waterfill", "--tp-size", "2"]],
+    [["--enable-waterfill", "--tp-size", "2", *ON_A_GPU],
+     ["--moe-a2a-backend", "none", "--enable-waterfill", "--tp-size", "2", *ON_A_GPU]],
     ids=["untyped", "typed-none"],
 )
 def test_deepep_set_by_sglang_resolution_is_checked_on_the_resolved_view_and_accepted(sglang_args, flags):
     # --enable-waterfill makes SGLang's resolution switch the a2a backend to DeepEP (only the resolved
     # view shows it); DeepEP's scattered top-k is gathered across attention-TP ranks, so it is served.
-    from sglang.srt.arg_groups.overrides import resolving_view
-
+    if _not_on_this_release(sglang_args, flags):
+        return
     server_args = _check(sglang_args, flags)
-    assert resolving_view(server_args).moe_a2a_backend == "deepep"
+    assert _resolved(server_args).moe_a2a_backend == "deepep"
 
 
 @pytest.mark.parametrize("mode", ["prefill", "decode"])
@@ -201,7 +282,7 @@ def test_pd_disaggregation_is_refused(sglang_args, mode):
     "flags, flag",
     [
         (["--enable-hierarchical-cache"], "--enable-hierarchical-cache"),
-        (["--enable-hicache"], "--enable-hicache"),  # named as typed, not by its canonical spelling
+        (["--enable-hicache"], "--enable-hicache"),  # named as typed, not by its canonical spelling (0.5.23)
         (["--hicache-storage-backend", "file"], "--hicache-storage-backend file"),
         (["--enable-lmcache"], "--enable-lmcache"),
         (["--enable-flexkv"], "--enable-flexkv"),
@@ -211,14 +292,21 @@ def test_pd_disaggregation_is_refused(sglang_args, mode):
     ids=lambda v: v if isinstance(v, str) else None,
 )
 def test_host_or_storage_kv_cache_is_refused(sglang_args, flags, flag):
+    if _not_on_this_release(sglang_args, flags):
+        return
     err = _refusal(sglang_args, flags)
     _assert_only_flag(err, flag, "KV")
 
 
 def test_flag_is_named_as_typed_from_sglangs_own_record_of_the_command_line(sglang_args):
-    # Without argv, check_supported reads the command line SGLang kept on the record.
-    err = _refusal(sglang_args, ["--enable-hicache"], pass_argv=False)
-    _assert_only_flag(err, "--enable-hicache", "stale")
+    # Without argv, check_supported reads the command line SGLang kept on the record (0.5.23); 0.5.15 keeps
+    # none, so there it is the process's own command line, which here is pytest's: the canonical spelling.
+    if _release() == "0.5.15.post1":  # which also has no --enable-hicache alias
+        err = _refusal(sglang_args, ["--enable-hierarchical-cache"], pass_argv=False)
+        _assert_only_flag(err, "--enable-hierarchical-cache", "stale")
+    else:
+        err = _refusal(sglang_args, ["--enable-hicache"], pass_argv=False)
+        _assert_only_flag(err, "--enable-hicache", "stale")
 
 
 def test_pipeline_parallel_is_refused(sglang_args):
@@ -276,10 +364,8 @@ def _step3p5_dir(tmp_path, **changes):
 def test_multi_layer_eagle_that_sglang_turns_on_for_step3p5_passes_the_check(sglang_args, tmp_path):
     from tests.step3p5 import SPEC_FLAGS
 
-    from sglang.srt.arg_groups.overrides import resolving_view
-
     server_args = _check(sglang_args, _step3p5_dir(tmp_path) + SPEC_FLAGS)
-    assert resolving_view(server_args).enable_multi_layer_eagle  # SGLang's own choice for Step3p5ForCausalLM
+    assert _resolved(server_args).enable_multi_layer_eagle  # SGLang's own choice for Step3p5ForCausalLM
 
 
 def test_multi_layer_eagle_for_a_model_without_a_layout_is_refused_naming_the_flag_sglang_set(sglang_args, tmp_path):
@@ -330,6 +416,8 @@ def test_multi_tokenizer_mode_is_refused(sglang_args):
     ids=lambda v: v if isinstance(v, str) else None,
 )
 def test_grpc_serving_is_refused(sglang_args, flags, flag):
+    if _not_on_this_release(sglang_args, flags):
+        return
     _assert_only_flag(_refusal(sglang_args, flags), flag, "bypass our /generate")
 
 
@@ -343,6 +431,9 @@ def test_pd_multiplexing_is_refused(sglang_args):
 
 def test_rust_http_server_is_refused(sglang_args, monkeypatch):
     monkeypatch.setenv("SGLANG_RUST_SERVER", "1")
+    if _release() == "0.5.15.post1":  # 0.5.15 has no Rust HTTP server: the variable changes nothing there
+        _check(sglang_args, [])
+        return
     err = _refusal(sglang_args, [])
     _assert_only_flag(err, "SGLANG_RUST_SERVER=1 (environment variable)", "FastAPI")
 
@@ -387,35 +478,33 @@ def test_refused_launch_exits_nonzero_naming_the_flag_before_sglang_starts():
 def test_cpu_launch_of_a_sliding_window_model_gets_one_full_kv_pool(sglang_args, tmp_path):
     # Step-3.5 has sliding-window layers (SGLang gives them a KV pool of their own unless told not to):
     # our launcher adds --disable-hybrid-swa-memory on the CPU runtime, and SGLang's model config agrees.
-    from sglang.srt.arg_groups.model_override_base import model_config_of
-    from sglang.srt.arg_groups.overrides import resolving_view
+    from sglang_r3.serving.patches.release import model_config_of
 
     flags = [f for f in _step3p5_dir(tmp_path) if f != "--disable-hybrid-swa-memory"]
     server_args = _check(sglang_args, flags)
-    view = resolving_view(server_args)
+    view = _resolved(server_args)
     assert view.disable_hybrid_swa_memory
     assert not model_config_of(view).is_hybrid_swa
 
 
 def test_opt_in_launch_of_a_sliding_window_model_on_cpu_without_one_full_pool_is_refused(sglang_args, tmp_path):
     # SGLang's own launchers under SGLANG_R3_ENABLED=1 add nothing: the missing setting is named.
-    from sglang.srt.arg_groups.overrides import resolving_view
-
     from sglang_r3.serving.patches.opt_in import missing_settings
 
     argv = ["--model-path", _step3p5_dir(tmp_path)[1], "--enable-return-routed-experts", "--device", "cpu",
             "--attention-backend", "torch_native", "--disable-overlap-schedule", "--disable-cuda-graph"]
-    server_args = sglang_args(argv)
-    server_args.resolve_once()
+    server_args, resolve = sglang_args(argv)
+    resolve()
     assert settings.current().cpu  # the fixture prepared the CPU runtime
-    missing = missing_settings(resolving_view(server_args))
+    missing = missing_settings(_resolved(server_args))
     assert [m.flag for m in missing] == ["--disable-hybrid-swa-memory"], missing
     assert "sliding-window" in missing[0].reason
     # The embedded GLM model has no sliding-window layers: nothing to add.
-    plain = sglang_args(["--model-path", _embedded(), "--enable-return-routed-experts", "--device", "cpu",
-                         "--attention-backend", "torch_native", "--disable-overlap-schedule", "--disable-cuda-graph"])
-    plain.resolve_once()
-    assert missing_settings(resolving_view(plain)) == []
+    plain, resolve = sglang_args(["--model-path", _embedded(), "--enable-return-routed-experts", "--device", "cpu",
+                                  "--attention-backend", "torch_native", "--disable-overlap-schedule",
+                                  "--disable-cuda-graph"])
+    resolve()
+    assert missing_settings(_resolved(plain)) == []
 
 
 def _embedded() -> str:

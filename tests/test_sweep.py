@@ -44,7 +44,8 @@ def test_the_sweep_lists_sglangs_registry(rows):
     # the families the issue names are all in it
     for arch in ("GlmMoeDsaForCausalLM", "DeepseekV32ForCausalLM", "Glm4MoeLiteForCausalLM", "MiniMaxM2ForCausalLM",
                  "GptOssForCausalLM", "Llama4ForCausalLM", "Qwen3VLMoeForConditionalGeneration",
-                 "LongcatFlashForCausalLM", "NemotronHForCausalLM", "DbrxForCausalLM"):
+                 "LongcatFlashForCausalLM", "NemotronHForCausalLM", "DbrxForCausalLM",
+                 "QuantMixtralForCausalLM"):  # the last by SGLang's loader (a quantized Mixtral), not its module text
         assert arch in names, arch
 
 

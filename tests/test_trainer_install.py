@@ -124,10 +124,18 @@ def test_base_install_carries_no_sglang_torch_or_server_packages():
     assert base == {"numpy", "msgpack", "httpx"}
 
 
-def test_server_extra_pins_the_sglang_and_torch_the_patches_are_written_for():
-    server = {Requirement(r).name: str(Requirement(r).specifier) for r in _pyproject()["project"]["optional-dependencies"]["server"]}
-    assert server["sglang"] == "==0.5.23"
-    assert server["torch"] == "==2.14.1"
+def test_server_extra_admits_every_served_sglang_release_and_the_test_extra_pins_the_newest():
+    # A rollout image that has SGLang installed keeps it (and its torch): the server extra states the window
+    # patches/ serves; the README's `.[test]` stays deterministic at the newest release.
+    from sglang_r3.serving.patches.versions import SERVED
+
+    extras = _pyproject()["project"]["optional-dependencies"]
+    server = {Requirement(r).name: Requirement(r).specifier for r in extras["server"]}
+    assert all(server["sglang"].contains(v) for v in SERVED)
+    assert not server["sglang"].contains("0.5.15") and not server["sglang"].contains("0.5.24")
+    assert all(server["torch"].contains(v) for v in ("2.11.0", "2.14.1"))
+    test = {Requirement(r).name: str(Requirement(r).specifier) for r in extras["test"]}
+    assert (test["sglang"], test["torch"]) == (f"=={SERVED[-1]}", "==2.14.1")
     assert {"fastapi", "pydantic", "safetensors", "tokenizers", "aiohttp"} <= set(server)
 
 
@@ -157,7 +165,7 @@ def test_sglang_plugin_entry_point_is_kept():
 def test_built_metadata_requires_sglang_only_under_the_server_extra(tmp_path):
     # setuptools, not our reading of the TOML, decides what pip will see.
     pytest.importorskip("setuptools.build_meta")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, tmp_path / name)
     tool = _pyproject()["tool"]["setuptools"]
     for pkg in tool["packages"]:
@@ -178,3 +186,6 @@ def test_built_metadata_requires_sglang_only_under_the_server_extra(tmp_path):
     under_server = {r.name for r in reqs if r.marker is not None and r.marker.evaluate({"extra": "server"})}
     assert unconditional == {"numpy", "msgpack", "httpx"}
     assert {"sglang", "torch"} <= under_server
+    # Apache-2.0, as SGLang and slime: the SPDX expression and the text itself go into the wheel.
+    assert meta["License-Expression"] == "Apache-2.0" and meta.get_all("License-File") == ["LICENSE"]
+    assert (ROOT / "LICENSE").read_text().startswith(" " * 33 + "Apache License\n" + " " * 27 + "Version 2.0, January 2004")

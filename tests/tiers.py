@@ -53,15 +53,18 @@ _fresh_run = pytest.StashKey[List[str]]()  # node ids to run in a fresh process
 _fresh_rc = pytest.StashKey[int]()
 
 
-def _marks_in(path: Path) -> FrozenSet[str]:
-    """Tier names a test module mentions as ``pytest.mark.<tier>`` / ``mark.<tier>``, read without importing it."""
+_ANY = None  # _marks_in's answer for a module it cannot read: it may carry any mark
+
+
+def _marks_in(path: Path) -> Optional[FrozenSet[str]]:
+    """Mark names a test module mentions as ``pytest.mark.<name>`` / ``mark.<name>``, read without importing it."""
     try:
         tree = ast.parse(path.read_text())
     except (OSError, SyntaxError, UnicodeDecodeError):
-        return frozenset(TIERS)  # cannot tell: collect it
+        return _ANY  # cannot tell: collect it
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr in TIERS:
+        if isinstance(node, ast.Attribute):
             base = node.value
             if (isinstance(base, ast.Attribute) and base.attr == "mark") or (
                     isinstance(base, ast.Name) and base.id == "mark"):
@@ -69,12 +72,16 @@ def _marks_in(path: Path) -> FrozenSet[str]:
     return frozenset(found)
 
 
-def _could_select(expr, tiers) -> bool:
-    """Whether ``-m EXPR`` could select a test of one of these tiers (other marks: either way)."""
+def _could_select(expr, tiers, others_present=_ANY) -> bool:
+    """Whether ``-m EXPR`` could select a test of one of these tiers. Another mark the module mentions (or
+    any, for ``_ANY``) may be on a test or not; one it never mentions is on none of its tests (so ``-m
+    release`` does not import a module without release tests)."""
     for tier in tiers:
         for others in (False, True):
             def match(name, **_kw):
-                return name == tier if name in TIERS else others
+                if name in TIERS:
+                    return name == tier
+                return others if others_present is _ANY or name in others_present else False
             if expr.evaluate(match):
                 return True
     return False
@@ -94,7 +101,9 @@ def pytest_ignore_collect(collection_path, config) -> Optional[bool]:
         expr = Expression.compile(markexpr)
     except SyntaxError:
         return None  # pytest reports the bad expression itself
-    if _could_select(expr, _marks_in(path) | {"server"}):
+    marks = _marks_in(path)
+    tiers = set(TIERS) if marks is _ANY else (set(marks) & set(TIERS)) | {"server"}
+    if _could_select(expr, tiers, marks):
         return None
     return True
 

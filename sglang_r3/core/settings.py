@@ -78,11 +78,20 @@ class Settings:
     store: Optional[StoreSettings] = None
 
 
+TRUE_SPELLINGS = ("1", "true", "yes", "on")
+FALSE_SPELLINGS = ("0", "false", "no", "off")
+SWITCH_EXPECTED = f"{'/'.join(TRUE_SPELLINGS)} (on) or {'/'.join(FALSE_SPELLINGS)} / unset (off), in any case"
+
+
 def _flag(env: Mapping[str, str], name: str) -> bool:
+    """A switch: the usual spellings in any case (surrounding blanks ignored), unset or empty is off."""
     value = env.get(name, "")
-    if value not in ("", "0", "1"):
-        raise SettingsError(name, value, "1 (on) or 0 / unset (off)")
-    return value == "1"
+    spelled = value.strip().lower()
+    if spelled in TRUE_SPELLINGS:
+        return True
+    if spelled in FALSE_SPELLINGS or spelled == "":
+        return False
+    raise SettingsError(name, value, SWITCH_EXPECTED)
 
 
 def parse(env: Mapping[str, str]) -> Settings:

@@ -94,23 +94,24 @@ def prepare(argv: Sequence[str], process: Optional[str] = None):
     if process is not None:
         from sglang_r3.serving.patches import install
         from sglang_r3.serving.patches.hooks import HookTargetError
+        from sglang_r3.serving.patches.release import UnsupportedRelease
 
         from sglang_r3.serving.plugin import rollout_api
 
         try:
             install(process=process, routes=rollout_api)
-        except HookTargetError as exc:
+        except (HookTargetError, UnsupportedRelease) as exc:
             raise SystemExit(str(exc)) from None  # names each SGLang target that did not bind
 
     api.load_plugins()
-    server_args = api.prepare_server_args(sglang_argv)
+    server_args, resolve = api.prepare_server_args(sglang_argv)
     from sglang_r3.serving.patches.startup_checks import UnsupportedConfigError, check_supported
 
     try:
         # Before SGLang starts any process: outside the capture envelope it would serve
         # wrong routing rows with HTTP 200. This also resolves server_args (run_server's own
-        # resolve_once then returns at once).
-        check_supported(server_args, argv=sglang_argv)
+        # resolution then returns at once).
+        check_supported(server_args, argv=sglang_argv, resolve=resolve)
     except UnsupportedConfigError as exc:
         raise SystemExit(str(exc)) from None  # the message on stderr, exit status 1, no traceback
     if cpu:

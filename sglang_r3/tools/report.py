@@ -1,5 +1,7 @@
 """``python -m sglang_r3.tools.report RECORDS... | --server URL [--png load.png]``: expert load of a batch of routing
 records, per layer, and a layers x experts heatmap.
+
+The table needs numpy only (the base install); ``--png`` needs matplotlib: ``pip install "sglang-r3[report]"``.
 """
 
 from __future__ import annotations
@@ -49,8 +51,26 @@ def fetch_from_server(url: str, prompts: int, new_tokens: int, batch_size: int =
     return layout, records
 
 
+PNG_EXTRA = "report"  # pyproject.toml's extra that brings matplotlib (the base install is numpy only)
+
+
+class MissingExtraError(RuntimeError):
+    """``--png`` without matplotlib: names the extra that installs it."""
+
+
+def _matplotlib():
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise MissingExtraError(
+            f"--png draws with matplotlib, which is not installed ({e}); install it with "
+            f"pip install \"sglang-r3[{PNG_EXTRA}]\" (or pip install matplotlib), or leave out --png for the table"
+        ) from None
+    return matplotlib
+
+
 def heatmap(load: ExpertLoad, path: Path, title: str = "") -> None:
-    import matplotlib
+    matplotlib = _matplotlib()
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -85,11 +105,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--prompts", type=int, default=32, help="with --server: how many generations")
     ap.add_argument("--new-tokens", type=int, default=32, help="with --server: new tokens per generation")
     ap.add_argument("--experts", type=int, help="experts per layer (default: the layout's, else largest id + 1)")
-    ap.add_argument("--png", type=Path, help="write a layers x experts heatmap here")
+    ap.add_argument("--png", type=Path, help=f"write a layers x experts heatmap here (needs matplotlib: sglang-r3[{PNG_EXTRA}])")
     ap.add_argument("--save", type=Path, help="write the records read or fetched to this .r3 file")
     args = ap.parse_args(argv)
     if bool(args.server) == bool(args.records):
         ap.error("give record files or --server URL (one of them)")
+    if args.png:
+        try:
+            _matplotlib()  # before records are read or fetched
+        except MissingExtraError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
 
     from sglang_r3.core.record.file import open_records, save_records
 

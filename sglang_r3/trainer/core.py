@@ -1,7 +1,7 @@
 """The trainer core both replay drivers share: bind a model's routers to a layout by identity, check and
 pack every microbatch before any router is touched, guard each router's rows against the tokens that
 reach it, and arm live health. A driver (``filler.ReplayFiller``: megatron-core's ``RouterReplay``;
-``integrations/slime.py``: slime's ``RoutingReplay``) says only where rows go and how MTP routers stay live.
+``trainer/slime/``: slime's ``RoutingReplay``) says only where rows go and how MTP routers stay live.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ slime, from the public source of THUDM/slime at commit 624b824 (``slime_referenc
   call only, ``mtp_kwargs={"mtp_labels": tokens}`` with ``--enable-mtp-training``, the loss dict on the last
   pipeline stage) and ``train`` (iterators reset, train mode, ``train_one_step`` called by name per step, the
   per-head MTP losses, ``log_dict`` of ``train/...`` keys on the logging rank, ``logging_utils.log``).
-* ``slime/observability/logging_utils.py``: ``log(args, metrics, step_key)`` (wandb / tensorboard; here the
-  dicts are kept in ``LOGGED``).
+* ``slime/observability/logging_utils.py``: ``configure_logger`` (the root logger at INFO in slime's format) and
+  ``log(args, metrics, step_key)`` (wandb / tensorboard; here the dicts are kept in ``LOGGED``).
 * ``docker/patch/latest/megatron.patch``, its ``gpt_model.py`` hunk: ``GPTModel.forward`` takes ``mtp_kwargs``
   and the MTP block runs (and its loss is taken) only when ``mtp_kwargs`` carries ``mtp_labels``.
 
@@ -112,6 +112,21 @@ def get_data_iterator(rollout_data) -> List[DataIterator]:
 
 
 # -- slime/observability/logging_utils.py -----------------------------------------------------------------
+
+def configure_logger(prefix: str = "") -> None:
+    """slime's logging, set up by ``TrainRayActor.__init__`` (and the rollout manager, and argument parsing)
+    before anything else runs: the root logger at INFO, slime's format, ``force=True``. Every library logger
+    that propagates (ours: ``sglang_r3.trainer.slime``) is printed through it at INFO and above. (slime guards
+    it with a once-per-process flag; the tests call it where they restore the root logger themselves.)"""
+    import logging
+
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"[%(asctime)s{prefix}] %(filename)s:%(lineno)d - %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+        force=True,
+    )
+
 
 def log(args, metrics, step_key: str) -> None:
     LOGGED.append(dict(metrics))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -455,6 +456,46 @@ def test_nothing_is_installed_when_r3_is_off_or_the_actor_does_not_replay(slime_
     monkeypatch.delenv("ENABLE_ROUTING_REPLAY")  # slime's critic role
     assert install(sar.default_args(hf_checkpoint=hf_checkpoints[1], mtp_num_layers=1)) is None
     assert sar.MegatronTrainRayActor.fill_routing_replay is slimes_own
+
+
+def _slime_log(capsys, start) -> str:
+    """What slime's log shows (its configure_logger: the root logger at INFO, on stderr) while ``start`` runs."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    capsys.readouterr()
+    try:
+        sar.configure_logger()
+        start()
+    finally:
+        for h in root.handlers[:]:
+            if h not in handlers:
+                root.removeHandler(h)
+        for h in handlers:
+            if h not in root.handlers:
+                root.addHandler(h)
+        root.setLevel(level)
+    return capsys.readouterr().err
+
+
+def test_slimes_log_says_r3_is_off_and_nothing_was_installed(slime_trainer, hf_checkpoints, capsys, monkeypatch):
+    slimes_own = sar.MegatronTrainRayActor.fill_routing_replay
+    log = _slime_log(capsys, lambda: start_actor(hf_checkpoints, 1, use_rollout_routing_replay=False))
+    ours = [line for line in log.splitlines() if "R3 (slime)" in line]
+    assert len(ours) == 1, log
+    assert re.search(r"\] installer\.py:\d+$", ours[0].split(" - ", 1)[0]), ours[0]  # slime's format
+    assert ours[0].split(" - ", 1)[1] == (
+        "R3 (slime): off, --use-rollout-routing-replay was not given: sglang-r3 installed nothing and slime trains "
+        "without routing replay. Add --use-rollout-routing-replay to replay the rollout's routing (or drop "
+        "--custom-megatron-init-path sglang_r3.trainer.slime.install)")
+    assert sar.MegatronTrainRayActor.fill_routing_replay is slimes_own
+    # Installed: slime's log says what replays (and the critic, which slime does not replay in, says why not).
+    log = _slime_log(capsys, lambda: start_actor(hf_checkpoints, 1))
+    assert re.search(r"R3 \(slime\): MegatronTrainRayActor\.fill_routing_replay replays \d+ decoder MoE layers", log)
+    monkeypatch.delenv("ENABLE_ROUTING_REPLAY")  # slime's critic role
+    log = _slime_log(capsys, lambda: install(sar.default_args(hf_checkpoint=hf_checkpoints[1], mtp_num_layers=1)))
+    assert "R3 (slime): ENABLE_ROUTING_REPLAY is not 1 in this actor" in log and "nothing installed here" in log
 
 
 @pytest.mark.parametrize("case", [

@@ -421,9 +421,10 @@ def test_rows_are_slimes_own_preparation_under_cp_tp_sp(monkeypatch, glm_layout,
     )
     layout = TokenLayout(tp_size=tp, tp_rank=tp_rank, cp_size=cp, cp_rank=cp_rank, sequence_parallel=sp,
                          data_pad_size_multiplier=multiplier, allgather_cp=allgather_cp)
-    got, checked = layer_rows(records, tokens, glm_layout, layout, [3, 1])  # any subset, any order
+    got, checked, real = layer_rows(records, tokens, glm_layout, layout, [3, 1])  # any subset, any order
     assert checked and got.shape == (2, want.shape[0], glm_layout.topk)
     assert torch.equal(got[0].to(torch.int32), want[:, 3]) and torch.equal(got[1].to(torch.int32), want[:, 1])
+    assert real.dtype == bool and real.shape == (want.shape[0],)  # the pad mask health counts by
 
 
 # -- refusals -------------------------------------------------------------------------------------------------

@@ -32,8 +32,9 @@ def torch_dtype_for(layout: ModelLayout) -> torch.dtype:
 
 @dataclass
 class CaptureStats:
-    main_forwards: int = 0
-    main_rows_written: int = 0
+    # Real tokens only: padding rows of a batch SGLang padded (DP attention) are never counted.
+    main_forwards: int = 0  # target forwards whose rows were written (with at least one real token)
+    main_rows_written: int = 0  # rows written, one per real token (each row holds every MoE layer)
     main_captures_from_draft: int = 0  # must stay 0: checked by tests through /routing/stats
     unknown_layer_captures: int = 0
     rows_invalidated: int = 0  # slots whose KV a forward computed without capturing their rows
@@ -234,11 +235,6 @@ class RoutingCapturer:
         # Under the overlap scheduler the next forward reuses staging and row buffer before the host copy
         # runs: the rows then go straight into a fresh tensor (one copy, not a copy and a clone).
         rows = self._rows_of(n, fresh=no_copy_to_cpu) if complete and (no_copy_to_cpu or self._cpu_words is None) else None
-        if complete:
-            self.stats.main_forwards += 1
-            self.stats.main_rows_written += n
-        else:
-            self.stats.rows_invalidated += n
         if no_copy_to_cpu:
             self.stats.deferred_copies += 1
             self._open = DeferredRows(loc=loc.clone(), rows=rows, capturer=self)
@@ -249,9 +245,25 @@ class RoutingCapturer:
             idx = loc.numpy()
             host_w[idx] = stage_w[:, :n].T
             self._written_np[idx] = True
+            self._count(idx, True)
             return None
         self._store(loc, rows)
         return None
+
+    def _count(self, idx: np.ndarray, written: bool) -> None:
+        """Counters of real rows only, read off the slots once they are on the host (no device sync): a
+        batch SGLang padded (DP attention pads an idle or short rank's batch to the gather's length,
+        ``ForwardBatch._pad_inputs_to_size``) carries padding tokens at slot 0, the slot SGLang's KV
+        allocators never hand out ("the padded slot 0 is used for writing dummy outputs from padded
+        tokens"). Their rows land in slot 0 and are never read; they are not counted."""
+        real = int(np.count_nonzero(idx))
+        if not real:
+            return
+        if written:
+            self.stats.main_forwards += 1
+            self.stats.main_rows_written += real
+        else:
+            self.stats.rows_invalidated += real
 
     def _rows_of(self, n: int, fresh: bool = False) -> torch.Tensor:
         """The staged forward as contiguous rows [n, n_moe, topk]: in the row buffer, or (``fresh``) in
@@ -264,6 +276,7 @@ class RoutingCapturer:
 
     def _store(self, loc: torch.Tensor, rows: Optional[torch.Tensor]) -> None:
         idx = loc.to("cpu").numpy()
+        self._count(idx, rows is not None)
         if rows is None:
             self._written_np[idx] = False
             return

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 import torch
@@ -60,6 +60,9 @@ class DraftStats:
     forwards: int = 0
     entries: int = 0
     resolved_rounds: int = 0
+    # Draft forwards that filed nothing because one of their routers did not route the batch SGLang published
+    # for the forward (DP attention: not the gathered length, patches/dp_rows.py); counted once per forward.
+    forwards_refused: int = 0
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -102,10 +105,22 @@ class DraftCapturer:
         self._pending: List[tuple] = []
         self.per_request = per_request
         self._wanted: Set[int] = set()
+        self._owner: Dict[int, Any] = {}  # row -> the request holding it (start_row)
         self.round = 0
+        self._refused = False  # the running draft forward is refused (refuse_forward): it files nothing
         self._stats = DraftStats()
 
     # -- which requests -----------------------------------------------------------
+    def start_row(self, req_pool_idx: int, owner: Any, wanted: bool) -> None:
+        """A request (``owner``: its rid) holds this row now. A row that changed hands without being freed
+        through the pool (0.5.15's streaming sessions put rows back on the free list directly) drops the
+        previous request's entries here, so they never reach the next one."""
+        row = int(req_pool_idx)
+        if self._owner.get(row, owner) != owner:
+            self.forget([row])
+        self._owner[row] = owner
+        self.set_wanted(row, wanted)
+
     def set_wanted(self, req_pool_idx: int, wanted: bool) -> None:
         if wanted:
             self._wanted.add(int(req_pool_idx))
@@ -126,8 +141,8 @@ class DraftCapturer:
     # -- during a draft forward ----------------------------------------------
     def capture(self, topk_config, topk_ids: torch.Tensor) -> None:
         depth = self.depth_of_config.get(id(topk_config))
-        if depth is None:
-            return  # a router we were not told about (not an MTP router): never filed
+        if depth is None or self._refused:
+            return  # a router we were not told about (not an MTP router), or a refused forward: never filed
         if self.per_request and not self._wanted and not self._recording_graph():
             return  # no live request asked for the MTP section; a graph being recorded still records the copy
         n = topk_ids.shape[0]
@@ -149,8 +164,24 @@ class DraftCapturer:
     def has_staged(self, graph_replay: bool = False) -> bool:
         return bool(self._staged or (graph_replay and self._graph_depths))
 
-    def drop_staged(self) -> None:
+    def refuse_forward(self) -> None:
+        """A router of the running draft forward routed another batch than the one published for it: what it
+        staged is dropped, its later routers stage nothing, and the forward files nothing (counted once, when
+        it ends)."""
         self._staged.clear()
+        self._refused = True
+
+    def drop_staged(self) -> None:
+        """The running draft forward ends without filing."""
+        self._staged.clear()
+        self._end_refused()
+
+    def _end_refused(self) -> bool:
+        if not self._refused:
+            return False
+        self._refused = False
+        self._stats.forwards_refused += 1
+        return True
 
     def file_forward(
         self,
@@ -163,6 +194,9 @@ class DraftCapturer:
         graph_replay: bool = False,
     ) -> None:
         """Attach the staged routing of one draft forward to its requests (one device->host copy)."""
+        if self._end_refused():
+            self._staged = {}
+            return
         depths = dict(self._graph_depths) if graph_replay and not self._staged else self._staged
         self._staged = {}
         if not depths:
@@ -255,6 +289,7 @@ class DraftCapturer:
         for p in gone:
             self._by_req.pop(p, None)
             self._wanted.discard(p)
+            self._owner.pop(p, None)
         if self._pending:
             self._pending = [t for t in self._pending if t[0] not in gone]
 

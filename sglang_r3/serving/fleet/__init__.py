@@ -5,7 +5,7 @@ the fleet's Ray cluster. Driver side: ``Fleet(FleetConfig(...)).start()``.
 """
 
 from sglang_r3.serving.fleet.handle import NAMESPACE, RecordHandle, RecordUnavailableError
-from sglang_r3.serving.fleet.resolve import fetch
+from sglang_r3.serving.fleet.fetch_records import fetch
 
 __all__ = ["NAMESPACE", "RecordHandle", "RecordUnavailableError", "fetch", "Fleet", "FleetConfig", "StoreBounds"]
 

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 from sglang_r3.serving.fleet.engine import EngineActor, EngineSpec
 from sglang_r3.serving.fleet.gateway import Gateway
 from sglang_r3.serving.fleet.handle import NAMESPACE
-from sglang_r3.serving.fleet.resolve import fetch as _fetch
+from sglang_r3.serving.fleet.fetch_records import fetch as _fetch
 from sglang_r3.serving.fleet.store import RecordStore, StoreBounds
 
 

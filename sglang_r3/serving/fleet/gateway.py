@@ -6,6 +6,7 @@ Used by the fleet's driver and by the tests that put our server behind the real 
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -20,10 +21,27 @@ import httpx
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+# SGLang 0.5.15 derives a gRPC port as port + 10000 for every server and refuses one above 65535, so a server
+# port above this one does not start there (any release accepts the ports below it).
+MAX_SERVER_PORT = 55535
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free local port every served SGLang release can serve on."""
+    for _ in range(64):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port <= MAX_SERVER_PORT:
+            return port
+    for port in random.sample(range(20000, MAX_SERVER_PORT + 1), 256):  # the kernel's range lies above it
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free local port at or below {MAX_SERVER_PORT}")
 
 
 class Gateway:

@@ -1,6 +1,7 @@
-"""Everything that touches SGLang 0.5.23 internals lives in this package; the next SGLang bump should
-only need changes here. ``plugin`` (SGLang's plugin loader calls it in every SGLang process) is inert
-unless ``settings.current().enabled``; ``opt_in.launch`` says which launch this process is part of.
+"""Everything that touches SGLang internals lives in this package (the releases it serves and how they
+differ: ``release.py``); the next SGLang bump should only need changes here. ``plugin`` (SGLang's plugin
+loader calls it in every SGLang process) is inert unless ``settings.current().enabled``; ``opt_in.launch``
+says which launch this process is part of.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ def plugin(routes: Optional[Callable[[], Any]] = None) -> None:
         return
     from sglang_r3.serving.patches.hooks import HookTargetError
     from sglang_r3.serving.patches.opt_in import launch
+    from sglang_r3.serving.patches.release import UnsupportedRelease
 
     if launch.kind == "server":  # our launcher installed its own set already
         return
@@ -29,7 +31,7 @@ def plugin(routes: Optional[Callable[[], Any]] = None) -> None:
     try:
         _prepare_cpu_runtime()
         install(process="child", routes=routes)
-    except HookTargetError as err:
+    except (HookTargetError, UnsupportedRelease) as err:
         raise SystemExit(str(err)) from None
     except Exception as err:  # noqa: BLE001 -- any failure to install is a refusal to start
         first = next((line.strip() for line in str(err).splitlines() if line.strip()), "")
@@ -58,6 +60,9 @@ def install(process: str, routes: Optional[Callable[[], Any]] = None) -> None:
 
     if process in launch.installed:
         return
+    from sglang_r3.serving.patches.release import current
+
+    current()  # a release outside the window stops here, naming it and what differs
     launch.installed.add(process)
     from sglang_r3.serving import metrics
     from sglang_r3.serving.patches import api, http

@@ -37,10 +37,12 @@ def generate_request(fields: Dict[str, Any]):
 
 
 def contract_error(body: Dict[str, Any]):
-    """SGLang's own /generate body contract: the message of the first violation, or None."""
-    from sglang.srt.entrypoints.api_contract import generate_contract_error
+    """The message of the first violation of the /generate body contract, or None: SGLang's own where the
+    release has one, else the input guard's check of GenerateReqInput's declared types."""
+    from sglang_r3.serving.patches import release
+    from sglang_r3.serving.patches.input_guard import body_type_error
 
-    return generate_contract_error(body)
+    return release.contract_error(body) if release.has_body_contract() else body_type_error(body)
 
 
 def error_response(exc: Exception):
@@ -93,9 +95,10 @@ def load_plugins() -> None:
 
 
 def prepare_server_args(argv: Sequence[str]):
-    from sglang.srt.server_args import prepare_server_args as prepare
+    """(SGLang's ServerArgs record as asked for, the call that resolves it): ``release.raw_server_args``."""
+    from sglang_r3.serving.patches.release import raw_server_args
 
-    return prepare(list(argv))
+    return raw_server_args(argv)
 
 
 def run_server(server_args) -> None:
@@ -110,7 +113,7 @@ def kill_children() -> None:
 
     from sglang.srt.utils import kill_process_tree
 
-    kill_process_tree(os.getpid(), include_parent=False)
+    kill_process_tree(os.getpid(), include_parent=False, wait_timeout=60)  # 0.5.15's default does not wait
 
 
 def engine(server_args):
@@ -124,15 +127,16 @@ def engine(server_args):
 
 def metrics_enabled() -> bool:
     """Whether this process serves SGLang's /metrics (--enable-metrics)."""
-    from sglang.srt.runtime_context import get_observability
+    from sglang_r3.serving.patches.release import metrics_enabled as enabled
 
     try:
-        return bool(get_observability().enable_metrics)
+        return enabled()
     except Exception:  # noqa: BLE001 -- runtime context not published in this process
         return False
 
 
 def cpu_rank_count(server_args) -> int:
-    """Scheduler ranks SGLang's CPU runtime binds threads for: its own count in
-    ``distributed/bootstrap._bind_threads_if_cpu`` (dp_size x tp_size x pp_size)."""
-    return int(server_args.dp_size) * int(server_args.tp_size) * int(server_args.pp_size)
+    """Scheduler ranks SGLang's CPU runtime binds threads for (``release.cpu_rank_count``)."""
+    from sglang_r3.serving.patches.release import cpu_rank_count as count
+
+    return count(server_args)

@@ -15,7 +15,7 @@ from sglang_r3.serving.capture import CaptureViolation, RoutingCapturer, encode_
 from sglang_r3.serving.capture.capturer import CAPTURE_MODE_CODES
 from sglang_r3.serving.capture.payload import PayloadBytes, RoutingUnavailable
 from sglang_r3.serving.metrics import metrics
-from sglang_r3.serving.patches import served_layout
+from sglang_r3.serving.patches import release, served_layout
 from sglang_r3.serving.patches.dp_rows import local_rows_fn
 from sglang_r3.serving.patches.hooks import register
 from sglang_r3.serving.patches.runtime import capturer as _capturer, layout_of
@@ -26,20 +26,18 @@ logger = logging.getLogger(__name__)
 _MR = "sglang.srt.model_executor.model_runner.ModelRunner"
 _TOPK_MOD = "sglang.srt.layers.moe.topk"
 _BRP = "sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor"
-_ISC = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
+_STATE_CONTROLLER = "sglang.srt.managers.scheduler_components.internal_state.SchedulerInternalStateController"
+_SCHED = "sglang.srt.managers.scheduler.Scheduler"
 
 
 def _router_layer_ids(model) -> list:
-    from sglang.srt.layers.moe.topk import TopK
-
-    return sorted({m.layer_id for m in model.modules() if isinstance(m, TopK)})
+    return sorted(set(served_layout.router_layers(model).values()))
 
 
 def install_our_capturer(original, self, *args, **kwargs):
-    from sglang.srt.runtime_context import get_exec
     from sglang.srt.state_capturer.routed_experts import set_global_experts_capturer
 
-    if not get_exec().features.enable_return_routed_experts:
+    if not release.capture_requested(self):
         return original(self, *args, **kwargs)
     from sglang_r3.serving.patches.hooks import verify_applied
 
@@ -50,6 +48,7 @@ def install_our_capturer(original, self, *args, **kwargs):
     layout = layout_of(self.model_config)
     _refuse_routers_that_skip_capture(self.model)
     live = _router_layer_ids(self.model)
+    _number_unnumbered_routers(self.model)
     if live != list(layout.moe_layer_ids):
         raise RuntimeError(
             f"sglang-r3: {layout.architecture}: the layout built from the config says main MoE layers are "
@@ -58,7 +57,7 @@ def install_our_capturer(original, self, *args, **kwargs):
         )
     # Per router: the experts and top-k SGLang built are the layout's (patches/served_layout.py).
     served_layout.check_main(self.model, layout)
-    num_slots = self.kv_index_translator.capture_token_capacity(self.max_token_pool_size)
+    num_slots = release.kv_slot_capacity(self)
     cap = RoutingCapturer(layout, num_slots=num_slots, max_batch_tokens=max_forward_tokens(self), device=self.device)
     global _local_rows
     _local_rows = local_rows_fn(cap.max_tokens, layout.topk, self.device)
@@ -74,13 +73,23 @@ def _refuse_routers_that_skip_capture(model) -> None:
     CUDA graph cannot be: refuse at start-up, naming the backend flag."""
     from sglang.srt.layers.moe.topk import TopK, TopKOutputFormat
 
+    layer_of = served_layout.router_layers(model)
     bad = sorted({
-        (m.layer_id, m.topk_config.output_format.name)
+        (layer_of[id(m)], m.topk_config.output_format.name)
         for m in model.modules()
         if isinstance(m, TopK)
         and m.topk_config.allow_routed_experts_capture
         and m.topk_config.output_format not in (None, TopKOutputFormat.STANDARD)
     })
+    if release.is_0_5_15():
+        # 0.5.15: a router without an output format picks it per forward from the MoE runner backend.
+        from sglang.srt.layers.moe.utils import get_moe_runner_backend
+
+        backend = get_moe_runner_backend()
+        if any(getattr(backend, f"is_{name}")() for name in _IN_KERNEL_BACKENDS_0_5_15):
+            bad += sorted({(layer_of[id(m)], f"decided per forward by --moe-runner-backend {backend.value}")
+                           for m in model.modules() if isinstance(m, TopK) and m.topk_config.output_format is None
+                           and m.topk_config.allow_routed_experts_capture})
     if bad:
         raise RuntimeError(
             f"sglang-r3: MoE routers {bad} (layer id, top-k output format) route inside a fused kernel and "
@@ -94,11 +103,9 @@ def max_forward_tokens(runner) -> int:
     The staging buffer is sized from this once: CUDA graphs keep writing into the
     storage they were recorded with, so it can never be replaced by a bigger one.
     """
-    from sglang.srt.runtime_context import cutedsl_moe_max_num_tokens, get_schedule, get_spec
-
-    schedule, spec = get_schedule(), get_spec()
-    per_req = (spec.speculative_num_draft_tokens or 1) if spec.speculative_algorithm else 1
-    chunked = schedule.chunked_prefill_size
+    limits = release.forward_limits()
+    per_req = (limits.speculative_num_draft_tokens or 1) if limits.speculative_algorithm else 1
+    chunked = limits.chunked_prefill_size
     # Without chunked prefill the first request of a prefill batch may be as long as the context.
     prefill = chunked if chunked and chunked > 0 else runner.model_config.context_len
     # Under DP attention a rank's rows are its window of the gathered batch: its own tokens (MAX_LEN
@@ -108,9 +115,9 @@ def max_forward_tokens(runner) -> int:
 
     return int(max(
         prefill,
-        schedule.max_prefill_tokens or 0,
+        limits.max_prefill_tokens or 0,
         (runner.max_running_requests or 1) * per_req,
-        cutedsl_moe_max_num_tokens(),
+        limits.cutedsl_moe_max_num_tokens,
     )) + get_parallel().attn_tp_size - 1
 
 
@@ -151,9 +158,24 @@ def _init_draft_runner(runner) -> None:
     draft_patch.attach_draft_runner(cap, runner, routers, max_tokens=cap.max_tokens)
 
 
+# 0.5.15's TopK.forward picks TRITON_KERNEL or BYPASSED (in-kernel routing) for these runner backends.
+_IN_KERNEL_BACKENDS_0_5_15 = ("triton_kernels", "experimental_sgl_trtllm", "flashinfer_trtllm", "flashinfer_mxfp4")
+
 # This rank's rows of a router's top-k under DP attention / DeepEP (patches/dp_rows.py); None: the
 # router's batch is this scheduler's own.
 _local_rows = None
+
+# id(topk_config) -> layer, for the main routers SGLang built without a layer id (0.5.15: its capture site
+# then gets layer_id=None); filled once at start-up (served_layout.router_layers).
+_unnumbered: dict = {}
+
+
+def _number_unnumbered_routers(model) -> None:
+    from sglang.srt.layers.moe.topk import TopK
+
+    layer_of = served_layout.router_layers(model)
+    _unnumbered.update({id(m.topk_config): layer_of[id(m)] for m in model.modules()
+                        if isinstance(m, TopK) and m.layer_id is None})
 
 
 def route_topk_to_capturers(topk_config, layer_id, topk_ids) -> None:
@@ -165,6 +187,8 @@ def route_topk_to_capturers(topk_config, layer_id, topk_ids) -> None:
             up.capture(layer_id=layer_id, topk_indices=topk_ids)
         return
     if topk_config.allow_routed_experts_capture:
+        if layer_id is None and (layer_id := _unnumbered.get(id(topk_config))) is None:
+            return  # a router start-up did not see: its column stays unseen, the forward's rows are invalidated
         if _local_rows is not None and (topk_ids := _local_rows(topk_ids)) is None:
             cap.stats.extra["foreign_layouts"] = cap.stats.extra.get("foreign_layouts", 0) + 1
             return  # its column stays unseen: the forward's rows are invalidated, not misfiled
@@ -172,7 +196,7 @@ def route_topk_to_capturers(topk_config, layer_id, topk_ids) -> None:
     elif cap.draft is not None and cap.capture_mtp:
         if _local_rows is not None and (topk_ids := _local_rows(topk_ids)) is None:
             cap.stats.extra["foreign_layouts"] = cap.stats.extra.get("foreign_layouts", 0) + 1
-            cap.draft.drop_staged()
+            cap.draft.refuse_forward()  # the forward files nothing: draft.forwards_refused in /routing/stats
             return
         cap.draft.capture(topk_config, topk_ids)
 
@@ -184,9 +208,10 @@ def collect_request_rows(original, self, req):
     tokens = list(req.origin_input_ids) + list(req.output_ids_through_stop)
     seqlen = len(tokens)
     start = min(req.routed_experts_start_len, max(seqlen - 1, 0))
-    slots = self.req_to_token_pool.req_to_token[req.kv.req_pool_idx][start : max(seqlen - 1, 0)]
+    row = release.req_pool_idx(req)
+    slots = self.req_to_token_pool.req_to_token[row][start : max(seqlen - 1, 0)]
     rows, missing = cap.rows_for_slots(slots)
-    mtp = cap.draft.collect(req.kv.req_pool_idx, seqlen, tokens) if cap.draft is not None else None
+    mtp = cap.draft.collect(row, seqlen, tokens) if cap.draft is not None else None
     error = None
     if missing:
         # Never hand out a row no target forward wrote: the request gets no rows and says why.
@@ -224,11 +249,17 @@ def _export_counters(cap: RoutingCapturer) -> None:
 
 
 def add_capture_stats(result, self, *args, **kwargs):
+    """After SGLang's get_internal_state (0.5.23: the controller's, ``self.scheduler``; 0.5.15: the Scheduler's)."""
     cap = _capturer()
     if cap is not None:
         state = result.internal_state
+        from sglang.srt.runtime_context import get_parallel
+
         state["sglang_r3"] = {
             "layout": cap.layout.fingerprint,
+            # Which scheduler answered: under DP attention /routing/stats lists one entry per DP rank, in no
+            # fixed order.
+            "dp_rank": int(get_parallel().attn_dp_rank),
             "mode": cap.mode,
             "host_bytes_per_slot": cap.host_bytes_per_slot(),
             "staging_tokens": int(cap.max_tokens),
@@ -238,7 +269,7 @@ def add_capture_stats(result, self, *args, **kwargs):
             # Read live by the scheduler loop (control requests are served between batches, and
             # while generation is paused), unlike /v1/loads' snapshot, which is only republished
             # after a batch: what a client needs to know its request is inside this engine now.
-            "requests_held": _requests_held(self.scheduler),
+            "requests_held": _requests_held(self if release.is_0_5_15() else self.scheduler),
         }
     return result
 
@@ -250,22 +281,59 @@ def _requests_held(scheduler) -> int:
     return held + len(getattr(scheduler, "waiting_queue", ()))
 
 
+KNOB = "sglang_r3_capture"
+
+
+def _knob_problem(value):
+    if _capturer() is None:
+        return "sglang-r3 capture is not active in this scheduler"
+    if value not in CAPTURE_MODE_CODES:
+        return f"{KNOB} must be one of {CAPTURE_MODE_CODES}, got {value!r}"
+    return None
+
+
+def _set_knob(value) -> None:
+    _capturer().set_mode(CAPTURE_MODE_CODES[int(value)])
+
+
 def add_capture_mode_knob(handlers, self, *args, **kwargs):
-    """Add the ``sglang_r3_capture`` knob to SGLang's /set_internal_state handlers."""
+    """0.5.23: add the ``sglang_r3_capture`` knob to SGLang's /set_internal_state handlers."""
     from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected, _UpdateHandler
 
     def validate(key, value):
-        if _capturer() is None:
-            raise UpdateRejected("sglang-r3 capture is not active in this scheduler")
-        if value not in CAPTURE_MODE_CODES:
-            raise UpdateRejected(f"{key} must be one of {CAPTURE_MODE_CODES}, got {value!r}")
+        why = _knob_problem(value)
+        if why is not None:
+            raise UpdateRejected(why)
 
-    def apply(key, value):
-        _capturer().set_mode(CAPTURE_MODE_CODES[int(value)])
-        return None
-
-    handlers["sglang_r3_capture"] = _UpdateHandler(validate, apply)
+    handlers[KNOB] = _UpdateHandler(validate, lambda key, value: _set_knob(value))
     return handlers
+
+
+def take_capture_mode_knob(original, self, recv_req, *args, **kwargs):
+    """0.5.15: Scheduler.set_internal_state allows three hard-coded keys; ours is taken out first and set here,
+    all or nothing with the rest (a refused value applies nothing, as SGLang's own refusals)."""
+    if KNOB not in (recv_req.server_args or {}):
+        return original(self, recv_req, *args, **kwargs)
+    rest = dict(recv_req.server_args)
+    value = rest.pop(KNOB)
+    why = _knob_problem(value)
+    if why is not None:
+        logger.warning("sglang-r3: /set_internal_state refused: %s", why)
+        return _set_internal_state_output(False)
+    if not rest:  # the original would reset speculative accept counters for an empty update
+        _set_knob(value)
+        return _set_internal_state_output(True)
+    recv_req.server_args = rest
+    out = original(self, recv_req, *args, **kwargs)
+    if out.updated:
+        _set_knob(value)
+    return out
+
+
+def _set_internal_state_output(updated: bool):
+    from sglang.srt.managers.io_struct import SetInternalStateReqOutput
+
+    return SetInternalStateReqOutput(updated=updated, server_args={})  # the TokenizerManager reads .updated only
 
 
 @functools.cache  # once per process, whichever process kinds install it
@@ -273,8 +341,12 @@ def install_capture_patches() -> None:
     register(f"{_MR}.init_routed_experts_capturer", install_our_capturer, "around")
     register(f"{_TOPK_MOD}.capture_routed_experts_if_allowed", route_topk_to_capturers, "replace")
     register(f"{_BRP}._maybe_collect_routed_experts", collect_request_rows, "around")
-    register(f"{_ISC}.get_internal_state", add_capture_stats, "after")
-    register(f"{_ISC}._update_handlers", add_capture_mode_knob, "after")
+    if release.is_0_5_15():  # no internal-state controller: the Scheduler's own methods
+        register(f"{_SCHED}.get_internal_state", add_capture_stats, "after")
+        register(f"{_SCHED}.set_internal_state", take_capture_mode_knob, "around")
+    else:
+        register(f"{_STATE_CONTROLLER}.get_internal_state", add_capture_stats, "after")
+        register(f"{_STATE_CONTROLLER}._update_handlers", add_capture_mode_knob, "after")
 
     from sglang_r3.serving.patches.draft import install_draft_patches
 

@@ -10,6 +10,8 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from sglang_r3.serving.patches import release
+
 LocalRows = Callable[[torch.Tensor], Optional[torch.Tensor]]
 
 
@@ -20,8 +22,7 @@ def local_rows_fn(max_tokens: int, topk: int, device) -> Optional[LocalRows]:
     from sglang.srt.layers.moe import get_moe_a2a_backend
     from sglang.srt.runtime_context import get_parallel
 
-    backend = get_moe_a2a_backend()
-    if backend.is_deepep() or backend.is_deepep_v2():
+    if release.scatters_tokens(get_moe_a2a_backend()):
         attn_tp = get_parallel().attn_tp_size
         return None if attn_tp == 1 else _gathered_across_attn_tp(max_tokens, topk, attn_tp, device)
     if is_dp_attention_enabled():
@@ -29,13 +30,50 @@ def local_rows_fn(max_tokens: int, topk: int, device) -> Optional[LocalRows]:
     return None
 
 
-def _dp_window(topk_ids: torch.Tensor) -> Optional[torch.Tensor]:
-    from sglang.srt.layers.dp_attention import dp_slot_in, get_dp_global_num_tokens, get_global_dp_buffer_len
+# This rank's window of the gathered batch, computed once per forward: SGLang publishes a fresh per-rank
+# count list for every forward (ForwardBatch.prepare_mlp_sync_batch, a CUDA graph's capture batch), so the
+# list's identity (with the gathered length) tells a new forward; every router of it then slices with the same
+# two host ints. The list is held, so its id cannot be reused by another list while cached. Host ints only: no
+# device sync, nothing a CUDA graph writes into.
+_published = None  # the count list the window below was computed from
+_gathered = -1
+_start = _stop = 0
 
-    counts = get_dp_global_num_tokens()
+
+def _dp_window(topk_ids: torch.Tensor) -> Optional[torch.Tensor]:
+    global _published, _gathered, _start, _stop
+    try:
+        counts = _published_counts()
+    except AttributeError:  # 0.5.15, before any forward published its counts
+        return None
     if counts is None:
         return None
-    return dp_window(topk_ids, counts, dp_slot_in(counts), get_global_dp_buffer_len())
+    gathered = _gathered_len()
+    if counts is not _published or gathered != _gathered:
+        slot = _slot_of(counts)
+        _start = sum(counts[:slot])
+        _stop = _start + counts[slot]
+        _published, _gathered = counts, gathered
+    if topk_ids.shape[0] != gathered:
+        return None  # not the gathered batch this forward published: refuse rather than guess
+    return topk_ids[_start:_stop]
+
+
+def _published_counts():
+    global _published_counts, _gathered_len
+    _published_counts, _gathered_len = release.dp_gather_readers()  # bound once, at the first router call
+    return _published_counts()
+
+
+def _gathered_len() -> int:
+    _published_counts()  # binds both readers
+    return _gathered_len()
+
+
+def _slot_of(counts) -> int:
+    global _slot_of
+    _slot_of = release.dp_slot_getter()  # where the installed release says this rank sits, bound once
+    return _slot_of(counts)
 
 
 def dp_window(topk_ids: torch.Tensor, counts: Sequence[int], slot: int, gathered: int) -> Optional[torch.Tensor]:

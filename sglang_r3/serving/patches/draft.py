@@ -12,6 +12,7 @@ import logging
 import torch
 
 from sglang_r3.serving.capture.draft import MTP_WANTED_KEY, DraftCapturer
+from sglang_r3.serving.patches import release
 from sglang_r3.serving.patches.hooks import check_instance, register
 from sglang_r3.serving.patches.runtime import capturer as _capturer
 
@@ -19,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 _EAGLE = "sglang.srt.speculative.eagle_worker_v2"
 _ML_EAGLE = "sglang.srt.speculative.multi_layer_eagle_worker_v2"
-_POOL = "sglang.srt.mem_cache.memory_pool.ReqToTokenPool"
+_REQ_TO_TOKEN_POOL = "sglang.srt.mem_cache.memory_pool.ReqToTokenPool"
 
 # Draft-decode forward counter within the current EagleDraftWorker.draft() call.
 _draft_step: contextvars.ContextVar = contextvars.ContextVar("sglang_r3_draft_step", default=None)
@@ -200,13 +201,21 @@ def drop_drafts_of_freed_rows(result, self, indices, *args, **kwargs):
     return result
 
 
+def drop_drafts_of_freed_request(self, req, *args, **kwargs):
+    # 0.5.15: ReqToTokenPool.free(req) clears req.req_pool_idx, so its row is read before.
+    cap = _capturer()
+    if cap is not None and cap.draft is not None and req.req_pool_idx is not None:
+        cap.draft.forget([req.req_pool_idx])
+    return None
+
+
 def start_rows_without_drafts(result, self, reqs, *args, **kwargs):
     # A request gets its row here (again after a retraction): note whether it asked for the MTP section.
     cap = _capturer()
     if cap is not None and cap.draft is not None and result is not None:
         for r in reqs:
             params = getattr(r.sampling_params, "custom_params", None) or {}
-            cap.draft.set_wanted(r.kv.req_pool_idx, bool(params.get(MTP_WANTED_KEY)))
+            cap.draft.start_row(release.req_pool_idx(r), r.rid, bool(params.get(MTP_WANTED_KEY)))
     return result
 
 
@@ -214,5 +223,8 @@ def install_draft_patches() -> None:  # called once, by install_capture_patches
     register(f"{_EAGLE}.EagleDraftWorker.draft", guard_and_number_draft_steps, "around")
     register(f"{_EAGLE}.EAGLEWorkerV2.forward_batch_generation", resolve_drafts_with_accept_lens, "after")
     register(f"{_ML_EAGLE}.MultiLayerEagleWorkerV2.forward_batch_generation", resolve_multi_layer_drafts, "around")
-    register(f"{_POOL}.free_rows", drop_drafts_of_freed_rows, "after")
-    register(f"{_POOL}.alloc", start_rows_without_drafts, "after")
+    if release.is_0_5_15():
+        register(f"{_REQ_TO_TOKEN_POOL}.free", drop_drafts_of_freed_request, "before")
+    else:
+        register(f"{_REQ_TO_TOKEN_POOL}.free_rows", drop_drafts_of_freed_rows, "after")
+    register(f"{_REQ_TO_TOKEN_POOL}.alloc", start_rows_without_drafts, "after")

@@ -23,8 +23,11 @@ class HookTargetError(RuntimeError):
         lines = ["sglang-r3 refuses to start: it cannot hook these SGLang targets, and without them routing "
                  "capture would be wrong or missing:"]
         lines += [f"  {t}: {why}" for t, why in missing]
-        lines.append("sglang-r3 is written against sglang==0.5.23; check the installed SGLang (and, on a CPU-only "
-                     "host, that the CPU runtime was prepared before SGLang imported sgl-kernel).")
+        from sglang_r3.serving.patches.versions import SERVED, installed
+
+        lines.append(f"sglang-r3 is written against SGLang {' and '.join(SERVED)} (installed: {installed()}); check the "
+                     "installed SGLang (and, on a CPU-only host, that the CPU runtime was prepared before SGLang "
+                     "imported sgl-kernel).")
         super().__init__("\n".join(lines))
 
 
@@ -69,9 +72,9 @@ def check_uses() -> None:
     """Every SGLang name the project calls or reads (manifest kind ``uses``) resolves, with the signature
     it was written against; a missing or changed one stops start-up like a hook target, naming it.
     Run in the process that launches SGLang (the names are the launcher's and the HTTP server's)."""
-    from sglang_r3.serving.patches.manifest import BY_TARGET, check
+    from sglang_r3.serving.patches.manifest import by_target, check
 
-    for target, why in check(tuple(e for e in BY_TARGET.values() if e.kind == "uses")):
+    for target, why in check(tuple(e for e in by_target().values() if e.kind in ("uses", "reads"))):
         if target not in (t for t, _ in _missing):
             _missing.append((target, why))
 

@@ -10,7 +10,8 @@ import functools
 import math
 import numbers
 import re
-from typing import Any, Optional
+import typing
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -105,9 +106,12 @@ def _load_sampling_limits() -> None:
     global _KNOWN_SAMPLING, _MAX_STOP_REGEX_LEN
     import msgspec
 
-    from sglang.srt.sampling.sampling_params import MAX_STOP_REGEX_LEN, SamplingParams
+    from sglang.srt.sampling.sampling_params import SamplingParams
 
-    _MAX_STOP_REGEX_LEN = MAX_STOP_REGEX_LEN
+    from sglang_r3.serving.patches.release import max_stop_regex_len
+
+    limit = max_stop_regex_len()  # 0.5.15 has none: it parses every pattern, so we do too
+    _MAX_STOP_REGEX_LEN = float("inf") if limit is None else limit
     _KNOWN_SAMPLING = frozenset(f.name for f in msgspec.structs.fields(SamplingParams))
 
 
@@ -199,6 +203,63 @@ def check_sampling_params(sp: Any, where: str, vocab_size: int) -> None:
     custom = sp.get("custom_params")
     if custom is not None and not isinstance(custom, dict):
         raise ValueError(f"{where}.custom_params must be an object, got {_show(custom)}")
+
+
+# ---------------------------------------------------------------------------
+# The body's types where the release has no contract of its own (0.5.15)
+# ---------------------------------------------------------------------------
+
+# SGLang 0.5.23 checks a /generate body against its typed contract (entrypoints/api_contract.py) before
+# anything reads it; 0.5.15 declares the same kind of types on GenerateReqInput and enforces none, and some
+# wrong types get far: a dict `stream` streams (truthy), a string `routed_dp_rank` fails a `<` in
+# generate_request (a 500), a dict `extra_key` or a float `routed_dp_rank` kills the scheduler. So there the
+# body is checked against GenerateReqInput's own annotations: scalars exactly, lists one level deep (the
+# token-id fields are the guard's own checks below, per id), anything else (Any, classes) left to SGLang.
+_IDS_CHECKED_LATER = frozenset({"input_ids", "input_embeds", "token_ids_logprob", "multi_item_delimiter_indices"})
+_SCALARS = {bool: _is_bool, int: _is_int, float: _is_real, str: lambda v: isinstance(v, str),
+            bytes: lambda v: isinstance(v, (str, bytes))}
+
+
+def _matches(v: Any, tp: Any, deep: bool) -> bool:
+    if v is None or tp is Any:
+        return True  # null is "not given" (SGLang's dataclass defaults stand in for it)
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        return any(_matches(v, a, deep) for a in typing.get_args(tp) if a is not type(None))
+    if tp in _SCALARS:
+        return _SCALARS[tp](v)
+    if origin is list:
+        if not isinstance(v, list):
+            return False
+        (item,) = typing.get_args(tp) or (Any,)
+        return not deep or all(_matches(x, item, deep=False) for x in v)
+    if origin is dict or tp is dict:
+        return isinstance(v, dict)
+    return True  # a class or a form not declared in JSON terms: SGLang's to judge
+
+
+@functools.lru_cache(maxsize=None)
+def _declared_fields() -> Dict[str, Any]:
+    from sglang.srt.managers.io_struct import GenerateReqInput
+
+    return typing.get_type_hints(GenerateReqInput)
+
+
+def body_type_error(body: Any) -> Optional[str]:
+    """The first field of a /generate body whose value is not of the type GenerateReqInput declares for it
+    (api.contract_error's answer where SGLang has no contract of its own), or None."""
+    if not isinstance(body, dict):
+        return None
+    declared = _declared_fields()
+    for field, value in body.items():
+        tp = declared.get(field)
+        if tp is not None and not _matches(value, tp, deep=field not in _IDS_CHECKED_LATER):
+            return f"{field} = {_show(value)} is not of the declared type {_type_name(tp)}"
+    return None
+
+
+def _type_name(tp: Any) -> str:
+    return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
 
 
 # ---------------------------------------------------------------------------

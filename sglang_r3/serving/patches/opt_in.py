@@ -16,7 +16,6 @@ from typing import List, Optional, Sequence, Set
 from sglang_r3.core import settings
 from sglang_r3.serving.patches.hooks import register
 
-_SA = "sglang.srt.server_args.ServerArgs"
 
 LAUNCH_KINDS = ("server", "engine", "http")
 
@@ -91,8 +90,8 @@ def missing_settings(cfg, current: Optional[settings.Settings] = None) -> List[M
     try:
         current = current or settings.current()
     except settings.SettingsError as err:  # our own variable first: what the rest means depends on it
-        return [Missing(f"{err.name}={err.expected} (environment variable)",
-                        f"got {err.value!r}; it says {settings.MEANING[err.name]}")]
+        return [Missing(f"{err.name} (environment variable)",
+                        f"must be {err.expected}, got {err.value!r}; it says {settings.MEANING[err.name]}")]
     out: List[Missing] = []
     for need in settings.CAPTURE_NEEDS:
         if need.when != settings.ALWAYS and not current.cpu:  # the CPU runtime's needs
@@ -107,7 +106,7 @@ def missing_settings(cfg, current: Optional[settings.Settings] = None) -> List[M
 
 def _hybrid_swa_pool(cfg) -> bool:
     """Whether SGLang would give this model's sliding-window layers a KV pool of their own."""
-    from sglang.srt.arg_groups.model_override_base import model_config_of
+    from sglang_r3.serving.patches.release import model_config_of
 
     return bool(model_config_of(cfg).is_hybrid_swa)
 
@@ -129,18 +128,24 @@ def _refuse(err: Exception) -> None:
 
 
 def refuse_unsupported_once_resolved(original, self, *args, **kwargs):
-    if getattr(self, "_resolution_finished", False) or id(self) in _checking:
+    """Around SGLang's resolution of a ServerArgs record (0.5.23 ``resolve_once``, 0.5.15 ``__post_init__``):
+    the raw pass, the resolution itself, the resolved pass."""
+    from sglang_r3.serving.patches import release
+
+    if release.resolution_finished(self) or id(self) in _checking:
         return original(self, *args, **kwargs)
     from sglang_r3.serving.patches.startup_checks import UnsupportedConfigError, check_supported
 
     _checking.add(id(self))
+    if launch.kind is None and release.is_0_5_15() and release.constructing_engine():
+        launch.kind = "engine"  # this Engine's own hooks came in with its load_plugins(): too late to mark it
     try:
         if on_cpu_runtime() and self.device != "cpu":
             # SGLang may have picked its platform when it was imported, before this plugin prepared the
             # CPU runtime (python -m sglang.launch_server does); left to find the device itself, its
             # resolution then fails with "No accelerator".
             raise MissingSettingsError([Missing(_DEVICE.flag, _DEVICE.why(self))])
-        check_supported(self)  # raw pass, resolve_once (through this hook: the original), resolved pass
+        check_supported(self, resolve=lambda: original(self, *args, **kwargs))
     except (UnsupportedConfigError, MissingSettingsError) as err:
         _refuse(err)
     finally:
@@ -149,8 +154,7 @@ def refuse_unsupported_once_resolved(original, self, *args, **kwargs):
 
 
 def refuse_unsupported_before_sglangs_checks(self, *args, **kwargs):
-    from sglang.srt.arg_groups.overrides import resolving_view
-
+    from sglang_r3.serving.patches import release
     from sglang_r3.serving.patches.hooks import HookTargetError, check_uses, verify_applied
     from sglang_r3.serving.patches.startup_checks import UnsupportedConfigError, check_supported
 
@@ -158,14 +162,13 @@ def refuse_unsupported_before_sglangs_checks(self, *args, **kwargs):
         check_uses()  # this is the launching process: the names our routes and launch path call
         verify_applied()
         check_supported(self)  # idempotent; the only check when SGLang resolved before plugins loaded
-        missing = missing_settings(resolving_view(self))
+        missing = missing_settings(release.resolved(self))
         if missing:
             raise MissingSettingsError(missing)
         if on_cpu_runtime():
             from sglang_r3.dev.cpu import bind_rank_threads
-            from sglang_r3.serving.patches.api import cpu_rank_count
 
-            bind_rank_threads(cpu_rank_count(self))  # before SGLang spawns a scheduler
+            bind_rank_threads(release.cpu_rank_count(self))  # before SGLang spawns a scheduler
     except (HookTargetError, UnsupportedConfigError, MissingSettingsError) as err:
         _refuse(err)
     if launch.http:
@@ -194,8 +197,10 @@ def _marking(kind: str):
 
 @functools.cache  # once per process, whichever process kinds install it
 def install_launch_checks() -> None:
-    register(f"{_SA}.resolve_once", refuse_unsupported_once_resolved, "around")
-    register(f"{_SA}.check_server_args", refuse_unsupported_before_sglangs_checks, "before")
+    from sglang_r3.serving.patches import release
+
+    register(release.resolution_target(), refuse_unsupported_once_resolved, "around")
+    register("sglang.srt.server_args.ServerArgs.check_server_args", refuse_unsupported_before_sglangs_checks, "before")
     # Which launch is this? `python -m sglang.launch_server` runs that module as __main__ (unhookable, and
     # it resolves the record before it calls anything we hook): an HTTP launch from the start.
     if getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None) == "sglang.launch_server":
@@ -204,3 +209,5 @@ def install_launch_checks() -> None:
     # An in-process sglang.Engine (its __init__ loads plugins first); an HTTP launch, marked above, goes
     # through it too and stays HTTP.
     register("sglang.srt.entrypoints.engine.Engine._launch_subprocesses", _marking("engine"), "around")
+    if release.is_0_5_15():  # 0.5.15 builds (and resolves) an Engine's ServerArgs in __init__, before that
+        register("sglang.srt.entrypoints.engine.Engine.__init__", _marking("engine"), "around")

@@ -10,6 +10,7 @@ from typing import Any
 
 from sglang_r3.serving.capture.payload import EncodedRouting
 from sglang_r3.core.layout import ModelLayout
+from sglang_r3.serving.patches import release
 from sglang_r3.serving.patches.hooks import register
 from sglang_r3.serving.patches.runtime import layout_of
 from sglang_r3.serving.response import CONTRACT, PARKED, asked_by, build, meta_of
@@ -36,17 +37,87 @@ def take_payload(tm, request: Any, out: Any) -> Any:
     return out
 
 
-def outputs_in_their_contract(original, self, *args, **kwargs):
-    # SGLang calls _stream_one_response(obj=, state=, request=); positional kept for safety.
-    request = kwargs["request"] if "request" in kwargs else (args[2] if len(args) > 2 else None)
+def _around(request_at: int):
+    """The hook on the generator every output leaves through; its ``request`` is keyword or the positional
+    argument at ``request_at`` after self (0.5.23: ``_stream_one_response(obj, state, request)``, 2; 0.5.15:
+    ``_wait_one_response(obj, request)``, 1)."""
+    def outputs_in_their_contract(original, self, *args, **kwargs):
+        request = kwargs["request"] if "request" in kwargs else (args[request_at] if len(args) > request_at else None)
+        spans = WeightSpans(self) if release.is_0_5_15() else None
 
-    async def gen():
-        async for out in original(self, *args, **kwargs):
-            yield take_payload(self, request, out)
+        async def gen():
+            async for out in original(self, *args, **kwargs):
+                if spans is not None:
+                    spans.mark(out)
+                yield take_payload(self, request, out)
 
-    return gen()
+        return gen()
+
+    return outputs_in_their_contract
+
+
+class WeightSpans:
+    """0.5.15 stamps each output with the weight version current when it leaves (no ``weight_versions`` spans,
+    which 0.5.23 keeps per segment): a request that spanned a weight update, which only a paused engine lets
+    happen, is told apart here by the updates the TokenizerManager applied while it ran. Its finished output
+    gets the versions it spanned as 0.5.23 would write them, so its record says ``mixed:`` and the trainer
+    refuses it."""
+
+    def __init__(self, tm):
+        self.tm = tm
+        self.start = _updates_of(tm)
+        self.first = str(tm.server_args.weight_version)
+
+    def mark(self, out) -> None:
+        meta = meta_of(out)
+        if meta is None or meta.get("routed_experts") is None or meta.get("weight_versions"):
+            return
+        log = getattr(self.tm, _UPDATES, [])
+        if len(log) == self.start:
+            return
+        versions = [self.first] + [v for v in log[self.start:]]
+        if len(set(versions)) == 1:  # updated, but under the same version name: still other weights
+            versions = [f"{v}@update{i}" for i, v in enumerate(versions)]
+        meta["weight_versions"] = [{"version": v} for v in versions]
+
+
+_UPDATES = "_sglang_r3_weight_updates"  # on the TokenizerManager: the version after each applied update
+
+
+def _updates_of(tm) -> int:
+    return len(getattr(tm, _UPDATES, ()))
+
+
+def note_weight_update(result, self, *args, **kwargs):
+    """After a TokenizerManager weight update (0.5.15): (success, message, ...) -> the version now served."""
+    ok = bool(result[0]) if isinstance(result, tuple) and result else bool(getattr(result, "success", False))
+    if ok:
+        if not hasattr(self, _UPDATES):
+            setattr(self, _UPDATES, [])
+        getattr(self, _UPDATES).append(str(self.server_args.weight_version))
+    return result
+
+
+def _after_async(hook):
+    """An AFTER hook for a coroutine method: SGLang's registry calls AFTER hooks with the coroutine itself."""
+    def around(original, self, *args, **kwargs):
+        async def run():
+            return hook(await original(self, *args, **kwargs), self, *args, **kwargs)
+
+        return run()
+
+    return around
 
 
 @functools.cache  # once per process, whichever process kinds install it
 def install_response_patches() -> None:
-    register(f"{_TM}._stream_one_response", outputs_in_their_contract, "around")
+    target, request_at = release.response_target()
+    register(target, _around(request_at), "around")
+    if release.is_0_5_15():
+        for method in _WEIGHT_UPDATES_0_5_15:
+            register(f"{_TM}.{method}", _after_async(note_weight_update), "around")
+
+
+# The TokenizerManager methods that apply new weights in 0.5.15 (each returns (success, message, ...)).
+_WEIGHT_UPDATES_0_5_15 = ("update_weights_from_disk", "update_weights_from_distributed", "update_weights_from_tensor",
+                          "update_weights_from_ipc")

@@ -1,4 +1,4 @@
-"""The one capturer of this scheduler process, as SGLang's runtime context holds it.
+"""The one capturer of this scheduler process, where the installed SGLang holds it.
 
 Shared by the capture and draft patches (both import it; neither imports the other's module).
 """
@@ -11,16 +11,16 @@ from sglang_r3.core.layout import ModelLayout, layout_from_hf_config
 
 def capturer():
     # Called for every router of every forward: no imports on this path.
-    cap = _get_resources().experts_capturer
+    cap = _experts_capturer()
     return cap if isinstance(cap, RoutingCapturer) else None
 
 
-def _get_resources():
-    global _get_resources
-    from sglang.srt.runtime_context import get_resources
+def _experts_capturer():
+    global _experts_capturer
+    from sglang_r3.serving.patches.release import experts_capturer_getter
 
-    _get_resources = get_resources
-    return get_resources()
+    _experts_capturer = experts_capturer_getter()  # where the installed release keeps it, bound once
+    return _experts_capturer()
 
 
 _layouts: dict = {}

@@ -6,8 +6,9 @@ the layout's: a mismatch names the architecture and the first layer that does no
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 
 class LayoutMismatch(RuntimeError):
@@ -23,27 +24,67 @@ class ServedRouter:
     capture: bool = True  # topk_config.allow_routed_experts_capture
 
 
+_LAYER_IN_PATH = re.compile(r"(?:^|\.)layers\.(\d+)(?:\.|$)")
+
+
+def router_layers(model) -> Dict[int, int]:
+    """id(TopK) -> the layer it routes. Its own ``layer_id``; where SGLang built it without one (0.5.15: 20 of
+    its 39 TopK constructions, Mixtral, OLMoE, Llama 4, MiniMax-M2, Granite-MoE, ... pass none, and its
+    capture site then gets None), the ``layer_id`` of the FusedMoE beside it, or the decoder index in its
+    module path. A router none of these numbers stops start-up."""
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+    from sglang.srt.layers.moe.topk import TopK
+
+    out: Dict[int, int] = {}
+    for name, m in model.named_modules():
+        router = getattr(m, "topk", None)
+        for r in ([m] if isinstance(m, TopK) else []) + ([router] if isinstance(router, TopK) else []):
+            if id(r) in out:
+                continue
+            if r.layer_id is not None:
+                out[id(r)] = int(r.layer_id)
+                continue
+            beside = getattr(m, "experts", None) if r is router else None
+            found = _LAYER_IN_PATH.findall(name)
+            if isinstance(beside, FusedMoE) and beside.layer_id is not None:
+                out[id(r)] = int(beside.layer_id)
+            elif r is router and found:
+                out[id(r)] = int(found[-1])
+    for name, m in model.named_modules():
+        if isinstance(m, TopK) and id(m) not in out:
+            found = _LAYER_IN_PATH.findall(name)
+            if not found:
+                raise LayoutMismatch(f"sglang-r3: the router {name} has no layer id, no FusedMoE beside it and no "
+                                     "layer index in its module path: its rows cannot be filed by layer")
+            out[id(m)] = int(found[-1])
+    return out
+
+
 def routers_of(model) -> Dict[int, ServedRouter]:
     """Per layer id, the router SGLang built there (one per layer; two different ones refuse)."""
     from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
     from sglang.srt.layers.moe.topk import TopK
     from torch.nn import ModuleList
 
+    from sglang_r3.serving.patches.release import shared_topk_slots
+
+    layer_of = router_layers(model)
     experts: Dict[int, set] = {}
     topks: Dict[int, set] = {}
-    for m in model.modules():
+    for name, m in model.named_modules():
         router, listed = getattr(m, "topk", None), getattr(m, "experts", None)
         if isinstance(router, TopK) and isinstance(listed, ModuleList) and not isinstance(m, FusedMoE):
             # experts as a list of expert MLPs next to the router (AFMoE's AfmoeMoE), not a FusedMoE
-            experts.setdefault(int(router.layer_id), set()).add(len(listed))
+            experts.setdefault(layer_of[id(router)], set()).add(len(listed))
         if isinstance(m, FusedMoE):
-            experts.setdefault(int(m.layer_id), set()).add(
+            lid = m.layer_id if m.layer_id is not None else int(_LAYER_IN_PATH.findall(name)[-1])
+            experts.setdefault(int(lid), set()).add(
                 int(m.num_experts) - int(getattr(m, "num_fused_shared_experts", 0) or 0)
             )
         elif isinstance(m, TopK):
             cfg = m.topk_config
-            shared = int(cfg.num_shared_topk_slots)
-            topks.setdefault(int(m.layer_id), set()).add(
+            shared = shared_topk_slots(cfg)
+            topks.setdefault(layer_of[id(m)], set()).add(
                 (int(cfg.top_k) - shared, shared, bool(cfg.allow_routed_experts_capture))
             )
     out: Dict[int, ServedRouter] = {}
@@ -113,8 +154,3 @@ def check_draft(routers: Dict[int, ServedRouter], layout) -> None:
                 f"{r.num_experts} experts, but the layout's MTP layers route (experts, top-k) {sorted(shapes)}; "
                 "refusing to capture mislabelled MTP routing"
             )
-
-
-def served_rows(model) -> List[Tuple[int, int, Optional[int]]]:
-    """(layer id, top-k, experts) of every capturing router: the served layout's rows, for logs and tests."""
-    return [(r.layer_id, r.topk, r.num_experts) for r in routers_of(model).values() if r.capture]

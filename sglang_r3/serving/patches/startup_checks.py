@@ -1,4 +1,4 @@
-"""Refuse, at start-up, SGLang 0.5.23 configurations under which routing capture would be wrong.
+"""Refuse, at start-up, SGLang configurations under which routing capture would be wrong.
 
 Outside the envelope capture is written for (one scheduler routes its whole batch, rows keyed by KV slots
 only forwards write, drafts in ``EAGLEWorkerV2``, responses through our ``/generate``) the server would
@@ -9,7 +9,7 @@ also fail SGLang's own resolution) and again after ``resolve_once`` (what SGLang
 
 # Deliberately not refused (tests pin each): expert parallelism without an all-to-all backend (every
 # rank routes the whole batch); EPLB (captured ids are the router's logical ones, before
-# topk_ids_logical_to_physical); --enable-single-batch-overlap (one select_experts per layer still);
+# topk_ids_logical_to_physical; except 0.5.15's NPU path, which captures after it); --enable-single-batch-overlap (one select_experts per layer still);
 # --skip-tokenizer-init (responses still pass our /generate); plain --dp-size replicas (each its own
 # scheduler and capturer).
 
@@ -19,7 +19,7 @@ import argparse
 import functools
 import os
 from dataclasses import dataclass
-from typing import Any, Iterable, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence
 
 from sglang_r3.core import settings
 
@@ -77,24 +77,30 @@ class Refusal:
     reason: str
 
 
-def check_supported(server_args: Any, *, argv: Optional[Sequence[str]] = None) -> None:
+def check_supported(server_args: Any, *, argv: Optional[Sequence[str]] = None,
+                    resolve: Optional[Callable[[], Any]] = None) -> None:
     """Raise ``UnsupportedConfigError`` listing every setting outside the capture envelope.
 
-    ``server_args`` is what ``prepare_server_args`` returned. This resolves it
-    (``resolve_once``; idempotent, so ``run_server`` does not resolve twice).
-    ``argv`` is the command line, used only to name flags as they were typed;
-    by default it is the one SGLang kept on the record.
+    ``server_args`` is what ``prepare_server_args`` returned. This resolves it (``resolve``; by default
+    0.5.23's ``resolve_once``, idempotent, so ``run_server`` does not resolve twice; 0.5.15 resolved the
+    record when it built it, so the raw pass there reads resolved values, unless it runs inside the
+    ``__post_init__`` hook, which hands in the resolution itself). ``argv`` is the command line, used only
+    to name flags as they were typed; by default it is the one SGLang kept on the record.
     """
-    from sglang.srt.arg_groups.overrides import resolving_view
+    from sglang_r3.serving.patches import release
 
     if argv is None:
-        argv = (getattr(server_args, "_launch_command", None) or "").split()
+        argv = release.launch_argv(server_args)
     names = _FlagNames(argv)
     refusals = _refusals(server_args, names, resolved=False)
     if refusals:
         raise UnsupportedConfigError(refusals)
-    server_args.resolve_once()
-    refusals = _refusals(resolving_view(server_args), names, resolved=True, raw=server_args)
+    raw = release.as_asked(server_args)  # what the flags said, to name what SGLang's resolution changed
+    if resolve is None:
+        release.resolve(server_args)
+    else:
+        resolve()
+    refusals = _refusals(release.resolved(server_args), names, resolved=True, raw=raw)
     if refusals:
         raise UnsupportedConfigError(refusals)
 
@@ -179,7 +185,7 @@ Rule = Iterable[_Hit]
 
 def _parallelism(cfg, names, *, resolved) -> Rule:
     # DP attention is served: each rank's rows are cut out of the gathered batch (patches/dp_rows.py).
-    if cfg.dwdp_size > 1:
+    if _arg(cfg, "dwdp_size", 1) > 1:  # no DWDP before 0.5.23
         yield _Hit("dwdp_size", cfg.dwdp_size, (
             "DWDP runs attention DP across the TP ranks and routes each rank's own token shard; "
             "our capturer assumes one local batch routed whole"
@@ -207,10 +213,27 @@ def _parallelism(cfg, names, *, resolved) -> Rule:
 # All-to-all backends whose scattered tokens patches/dp_rows.py gathers across attention-TP ranks (as
 # upstream's RoutedExpertsCapturer.capture does for exactly these two).
 _GATHERED_A2A = ("deepep", "deepep_v2")
+# Served on a GPU, not on the CPU runtime: DeepEP is CUDA kernels over NVSHMEM. SGLang imports it at module load
+# and defers the failure to the first MoE layer built, i.e. after start-up (tests/test_expert_parallel.py checks
+# the call on this host).
+_DEEPEP_ON_CPU = {
+    "deepep": (
+        "DeepEP needs a CUDA device and NVSHMEM: on a host without a GPU SGLang's import of deep_ep fails "
+        "(layers/moe/token_dispatcher/deepep.py: use_deepep is False) and _DeepEPDispatcherImplBase.__init__ raises "
+        "ImportError when the first MoE layer is built, after start-up; expert parallelism without an all-to-all "
+        "backend (--moe-a2a-backend none) is served on the CPU runtime"
+    ),
+    "deepep_v2": (
+        "DeepEP v2 needs a CUDA device and NVSHMEM: on a host without a GPU SGLang's import of deep_ep fails "
+        "(layers/moe/token_dispatcher/deepep_v2.py: use_deepep_v2 is False) and its dispatcher raises ImportError "
+        "when the first MoE layer is built, after start-up; expert parallelism without an all-to-all backend "
+        "(--moe-a2a-backend none) is served on the CPU runtime"
+    ),
+}
 
 
 def _moe_routing_layout(cfg, names, *, resolved) -> Rule:
-    from sglang.srt.runtime_context import attn_tp_size_of
+    from sglang_r3.serving.patches.release import attn_tp_size_of
 
     # SGLang's own derivation: tp_size / (attn_dp_size * attn_cp_size).
     attn_tp = attn_tp_size_of(cfg)
@@ -233,6 +256,21 @@ def _moe_routing_layout(cfg, names, *, resolved) -> Rule:
                 scatter.format(router="MTP router"),
                 also,
             )
+    if cfg.device == "cpu":
+        for field in ("moe_a2a_backend", "speculative_moe_a2a_backend"):
+            backend = getattr(cfg, field)
+            if backend in _GATHERED_A2A:
+                yield _Hit(field, backend, _DEEPEP_ON_CPU[backend], f" on {names.name('device', cfg.device)}")
+    if cfg.device == "npu" and _expert_placement_remapped(cfg):
+        from sglang_r3.serving.patches.release import is_0_5_15
+
+        if is_0_5_15():
+            yield _Hit("enable_eplb" if cfg.enable_eplb else "init_expert_location",
+                       None if cfg.enable_eplb else cfg.init_expert_location, (
+                "SGLang 0.5.15's NPU top-k (hardware_backend/npu/moe/topk.py fused_topk_npu) calls the capture "
+                "site after topk_ids_logical_to_physical, so rows would hold physical (replica) ids, not the "
+                "router's experts"
+            ), f" on {names.name('device', cfg.device)}")
     if cfg.moe_runner_backend in _IN_KERNEL_ROUTING_RUNNERS:
         yield _Hit("moe_runner_backend", cfg.moe_runner_backend, (
             "this runner may route inside its fused kernel (TopK output TRITON_KERNEL or BYPASSED), which "
@@ -247,6 +285,12 @@ def _moe_routing_layout(cfg, names, *, resolved) -> Rule:
         ))
 
 
+def _expert_placement_remapped(cfg) -> bool:
+    """Whether logical expert ids are mapped to other physical ones (EPLB, a non-trivial initial placement)."""
+    return bool(cfg.enable_eplb or cfg.init_expert_location not in (None, "trivial")
+                or (getattr(cfg, "ep_num_redundant_experts", 0) or 0) > 0)
+
+
 def _kv_restore(cfg, names, *, resolved) -> Rule:
     if cfg.enable_hierarchical_cache:
         yield _Hit("enable_hierarchical_cache", None, _KV_RESTORE)
@@ -254,14 +298,14 @@ def _kv_restore(cfg, names, *, resolved) -> Rule:
         yield _Hit("hicache_storage_backend", cfg.hicache_storage_backend, _KV_RESTORE)
     if cfg.enable_lmcache:
         yield _Hit("enable_lmcache", None, _KV_RESTORE)
-    if cfg.enable_flexkv:
+    if _arg(cfg, "enable_flexkv", False):  # no FlexKV before 0.5.23
         yield _Hit("enable_flexkv", None, _KV_RESTORE)
     if cfg.radix_cache_backend is not None:
         yield _Hit("radix_cache_backend", cfg.radix_cache_backend, (
             "a plugin radix-cache backend may serve prefixes from KV it restored from outside this "
             "server's forwards; " + _KV_RESTORE
         ))
-    if cfg.enable_unified_cache_external_linker:
+    if _arg(cfg, "enable_unified_cache_external_linker", False):  # no unified-cache linker before 0.5.23
         yield _Hit("enable_unified_cache_external_linker", None, _KV_RESTORE)
     if cfg.enable_hisparse:
         yield _Hit("enable_hisparse", None, (
@@ -324,9 +368,8 @@ def _multi_layer_eagle(cfg) -> Rule:
         return _Hit(field, value, "multi-layer EAGLE (MultiLayerEagleWorkerV2): " + why, also)
 
     try:
-        from sglang.srt.arg_groups.model_override_base import model_config_of
-
         from sglang_r3.core.layout import LayoutError, layout_from_hf_config
+        from sglang_r3.serving.patches.release import model_config_of
 
         hf_config = model_config_of(cfg).hf_config
         arch = (getattr(hf_config, "architectures", None) or [""])[0]
@@ -357,12 +400,24 @@ def _multi_layer_eagle(cfg) -> Rule:
     # SGLANG_ENABLE_MTP_BOUNDARY_KV_FIX (on by default) widens the draft-extend window only for hybrid
     # (mamba) request pools, which Step-3.5 does not have; a widened window stops the scheduler
     # (patches/draft.py) rather than be filed.
-    if cfg.device != "cpu" and not cfg.disable_cuda_graph and not _env_flag("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"):
-        yield refuse(
-            "its draft-extend CUDA graphs replay outside ModelRunner.forward, where MTP-draft routing is filed; "
-            "set SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH=1 (or --disable-cuda-graph)",
-            also=" with CUDA graphs on",
-        )
+    if cfg.device != "cpu" and not cfg.disable_cuda_graph:
+        from sglang_r3.serving.patches.release import is_0_5_15
+
+        if is_0_5_15():  # 0.5.15 has no switch for the draft-extend graphs alone
+            yield refuse("its draft-extend CUDA graphs replay outside ModelRunner.forward, where MTP-draft routing "
+                         "is filed; SGLang 0.5.15 captures them whenever decode CUDA graphs are on: "
+                         "--disable-cuda-graph", also=" with CUDA graphs on")
+        elif not _env_flag("SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"):
+            yield refuse(
+                "its draft-extend CUDA graphs replay outside ModelRunner.forward, where MTP-draft routing is filed; "
+                "set SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH=1 (or --disable-cuda-graph)",
+                also=" with CUDA graphs on",
+            )
+
+
+def _arg(cfg, name: str, absent: Any) -> Any:
+    """A ServerArgs field 0.5.23 has and 0.5.15 lacks; ``absent``: what its absence meant there."""
+    return getattr(cfg, name, absent)
 
 
 def _env_flag(name: str) -> bool:
@@ -377,6 +432,10 @@ def _env_flag(name: str) -> bool:
 def _platform_worker(algo: str) -> Optional[str]:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+    from sglang_r3.serving.patches.release import is_0_5_15
+
+    if is_0_5_15():  # no out-of-tree platform workers before 0.5.23
+        return None
     cls = SpeculativeAlgorithm.from_string(algo).get_platform_worker_cls()
     return None if cls is None else cls.__name__
 
@@ -392,12 +451,16 @@ def _serving(cfg, names, *, resolved) -> Rule:
         "gRPC requests bypass our /generate, so the capture payload would reach clients as if it were "
         "upstream's routed_experts"
     )
-    if cfg.smg_grpc_mode:
+    smg = _arg(cfg, "smg_grpc_mode", False)  # no SMG gRPC mode before 0.5.23
+    if smg:
         yield _Hit("smg_grpc_mode", None, grpc)
     if cfg.grpc_mode:
         yield _Hit("grpc_mode", None, grpc)
-    # Legacy SMG mode resolves a port too; one line for it is enough.
-    if cfg.grpc_port is not None and not (cfg.smg_grpc_mode or cfg.grpc_mode):
+    # Legacy SMG mode resolves a port too; one line for it is enough. 0.5.15 sets grpc_port on every record
+    # (port + 10000) and starts a gRPC server only in grpc_mode: there the port says nothing.
+    from sglang_r3.serving.patches.release import is_0_5_15
+
+    if not is_0_5_15() and cfg.grpc_port is not None and not (smg or cfg.grpc_mode):
         yield _Hit("grpc_port", cfg.grpc_port, grpc + " (the port may also come from SGLANG_GRPC_PORT)")
     if cfg.use_ray:
         yield _Hit("use_ray", None, (
@@ -413,4 +476,6 @@ def _serving(cfg, names, *, resolved) -> Rule:
 def _rust_server() -> bool:
     from sglang.srt.environ import envs
 
-    return bool(envs.SGLANG_RUST_SERVER.get())
+    from sglang_r3.serving.patches.release import is_0_5_15
+
+    return False if is_0_5_15() else bool(envs.SGLANG_RUST_SERVER.get())  # no Rust HTTP server before 0.5.23

@@ -15,6 +15,13 @@
    experts that weigh their input (apply_router_weight_on_input), which it refused.
 5. ranks: more than one rank (TP, DP attention) on CPU: process groups without pynccl, and the
    padded-row fill value the DP-attention MLP-sync padding asks torch_native for.
+6. expert_parallel: ``--ep-size N`` (all-to-all backend none): another rank's experts (id -1) add zero in
+   moe_forward_native, as the CUDA kernel, and the reduce-scatterv SGLang returns the MoE output with
+   under DP attention runs on the gloo group (it is pynccl only).
+7. eagle_0_5_15 (SGLang 0.5.15 only): its EAGLE v2 kernel entry points (Triton / CUDA-only, no CPU
+   branch) to spec_ops' torch versions, greedy verify, QLEN_ONLY tree masks, CPU idle verify inputs.
+8. gdn: torch versions of the gated delta-net ops (causal conv1d, gating, chunked and recurrent delta
+   rule) and Qwen3.5's fused q/k norm, output gate and projection split, for Qwen3-Next and Qwen3.5.
 Everything is skipped when CUDA is available; installing twice is a no-op.
 """
 
@@ -45,14 +52,25 @@ def install_cpu_patches() -> None:
     from sglang_r3.serving.patches.hooks import register
     from sglang_r3.serving.patches.cpu.cuda_shims import install_cuda_shims, install_host_alloc_shim
     from sglang_r3.serving.patches.cpu.spec_ops import register_spec_ops
-    from sglang_r3.serving.patches.cpu import llama4, ranks
+    from sglang_r3.serving.patches.cpu import cuda_shims, expert_parallel, llama4, ranks
 
     install_cuda_shims()
     install_host_alloc_shim()
     added = register_spec_ops()
-    for target, hook in HOOKS + ranks.HOOKS + llama4.HOOKS:
+    from sglang_r3.serving.patches.cpu import gdn
+
+    added += gdn.register_gdn_ops()  # Qwen3-Next / Qwen3.5's linear attention (cpu/gdn.py)
+    from sglang_r3.serving.patches.release import is_0_5_15
+
+    eagle = None
+    if is_0_5_15():  # 0.5.15 sends no speculative kernel to the CPU (cpu/eagle_0_5_15.py)
+        from sglang_r3.serving.patches.cpu import eagle_0_5_15 as eagle
+    around = HOOKS + ranks.hooks() + llama4.HOOKS + expert_parallel.HOOKS + cuda_shims.hooks() + gdn.hooks()
+    for target, hook in around + (eagle.hooks() if eagle else []):
         register(target, hook, HookType.AROUND)  # binds or names the target (patches/hooks.py)
     ranks.add_seq_len_fill_value()
+    if eagle:
+        eagle.install_stand_ins()
     # Inside load_plugins() SGLang applies registered hooks right after all
     # plugins ran; applying here would mark targets patched and silently drop
     # hooks other plugins register on them later. Called from anywhere else

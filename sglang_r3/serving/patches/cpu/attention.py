@@ -165,7 +165,8 @@ class TorchNativeMultiStepDraftBackend:
             backend.draft_decode_metadata = None
 
     def init_forward_metadata(self, forward_batch):
-        from sgl_kernel import build_draft_decode_metadata_cpu
+        # The op spec_ops registers (sglang-kernel 0.4.4, SGLang 0.5.15's, has no Python wrapper for it).
+        build_draft_decode_metadata_cpu = torch.ops.sgl_kernel.build_draft_decode_metadata_cpu
 
         topk = self.topk
         backend0 = self.attn_backends[0]
@@ -185,27 +186,34 @@ class TorchNativeMultiStepDraftBackend:
             )
 
 
-def _create_backend_around(original, self, backend_name, backend_map, error_template, stamps_children=False):
-    # DraftBackendFactory builds its backend maps as literals inside
-    # create_decode_backend/create_draft_extend_backend; both funnel through
-    # _create_backend, where we add the torch_native entry. stamps_children is
-    # True exactly for the multi-step decode container.
+def _create_backend_around(original, self, backend_name, backend_map, error_template, *args, **kwargs):
+    # DraftBackendFactory builds its backend maps as literals inside create_decode_backend /
+    # create_draft_extend_backend; both funnel through _create_backend, where we add the torch_native entry.
+    # 0.5.23: stamps_children is True exactly for the multi-step decode container, and a map entry returns
+    # (stamp, backend). 0.5.15: no stamps_children (the decode container is the one create_decode_backend asks
+    # for, named by its error template), and a map entry returns the backend itself.
+    from sglang_r3.serving.patches.release import is_0_5_15
+
+    if is_0_5_15():
+        decode_container = error_template.startswith("EAGLE is not supported in decode attention backend")
+        wrap = lambda backend: backend  # noqa: E731
+    else:
+        decode_container = bool(args[0] if args else kwargs.get("stamps_children", False))
+        wrap = lambda backend: (_TORCH_NATIVE, backend)  # noqa: E731
     if _TORCH_NATIVE not in backend_map:
         backend_map = dict(backend_map)
-        if stamps_children:
-            backend_map[_TORCH_NATIVE] = lambda: (
-                _TORCH_NATIVE,
-                TorchNativeMultiStepDraftBackend(self.draft_model_runner, self.topk, self.speculative_num_steps),
-            )
+        if decode_container:
+            backend_map[_TORCH_NATIVE] = lambda: wrap(
+                TorchNativeMultiStepDraftBackend(self.draft_model_runner, self.topk, self.speculative_num_steps))
         else:
 
             def _extend_backend():
                 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
-                return _TORCH_NATIVE, TorchNativeAttnBackend(self.draft_model_runner)
+                return wrap(TorchNativeAttnBackend(self.draft_model_runner))
 
             backend_map[_TORCH_NATIVE] = _extend_backend
-    return original(self, backend_name, backend_map, error_template, stamps_children)
+    return original(self, backend_name, backend_map, error_template, *args, **kwargs)
 
 
 HOOKS = [

@@ -1,4 +1,4 @@
-"""Make stray ``torch.cuda.synchronize()`` / ``torch.cuda.empty_cache()`` calls harmless.
+"""Make stray ``torch.cuda.synchronize()`` / ``torch.cuda.empty_cache()`` calls and host pinning harmless.
 
 Some SGLang code (speculative workers, scheduler memory housekeeping) calls
 these unconditionally. On a CPU-only host ``synchronize`` tries to initialise
@@ -51,3 +51,53 @@ def install_host_alloc_shim() -> None:
     from sglang.srt.mem_cache.pool_host.common import ALLOC_MEMORY_FUNCS
 
     ALLOC_MEMORY_FUNCS["cpu"] = _alloc_unpinned
+
+
+def unpinned(module_name: str):
+    """An AROUND hook for a function of ``module_name`` that builds host tensors with ``pin_memory=True``
+    (0.5.15: DP-attention's token counts, upstream's routed-experts host cache): pinning needs a CUDA driver,
+    and without a GPU the exact meaning is a plain host tensor. For the call only, the module's ``torch`` is
+    one whose ``tensor`` / ``zeros`` / ``empty`` drop ``pin_memory``; it is swapped back after."""
+    def around(original, *args, **kwargs):
+        import importlib
+
+        module = importlib.import_module(module_name)
+        real = module.torch
+        module.torch = _Unpinned(real)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            module.torch = real
+
+    return around
+
+
+class _Unpinned:
+    def __init__(self, torch_module):
+        self._torch = torch_module
+
+    def tensor(self, *args, pin_memory=False, **kwargs):
+        return self._torch.tensor(*args, **kwargs)
+
+    def zeros(self, *args, pin_memory=False, **kwargs):
+        return self._torch.zeros(*args, **kwargs)
+
+    def empty(self, *args, pin_memory=False, **kwargs):
+        return self._torch.empty(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
+
+
+def hooks():
+    """0.5.15's host tensors pinned without asking whether pinning is available (CPU runtime only)."""
+    from sglang_r3.serving.patches.release import is_0_5_15
+
+    if not is_0_5_15():
+        return []
+    return [
+        ("sglang.srt.model_executor.forward_batch_info.ForwardBatch.prepare_mlp_sync_batch",
+         unpinned("sglang.srt.model_executor.forward_batch_info")),
+        ("sglang.srt.state_capturer.base.BaseHostCache.__init__", unpinned("sglang.srt.state_capturer.base")),
+    ]
+

@@ -13,7 +13,7 @@ this path, so per-request python loops are fine; anything vectorisable is.
 from __future__ import annotations
 
 import ctypes
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -314,13 +314,14 @@ def _op_exists(name: str) -> bool:
         return False
 
 
-def register_spec_ops() -> list:
-    """Register every op the loaded sgl-kernel lacks; returns the names added. Idempotent."""
+def register_missing_ops(ops: Dict[str, Tuple[str, Callable]]) -> list:
+    """Register every op of ``ops`` (name -> (schema, implementation)) the loaded sgl-kernel lacks; returns
+    the names added. Idempotent. Shared by every module of cpu/ that gives sgl-kernel torch versions."""
     global _lib
     import sgl_kernel  # noqa: F401  -- load the real library first so we never shadow a native op
 
     added = []
-    for name, (schema, fn) in _OPS.items():
+    for name, (schema, fn) in ops.items():
         if _op_exists(name):
             continue
         if _lib is None:
@@ -331,3 +332,8 @@ def register_spec_ops() -> list:
         _lib.impl(name, fn, "CompositeExplicitAutograd")
         added.append(name)
     return added
+
+
+def register_spec_ops() -> list:
+    """Register every speculative op the loaded sgl-kernel lacks; returns the names added. Idempotent."""
+    return register_missing_ops(_OPS)

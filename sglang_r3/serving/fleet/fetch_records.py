@@ -1,4 +1,4 @@
-"""Resolve handles to RoutingRecords, from any process connected to the fleet's Ray cluster.
+"""``fetch(handles)``: the RoutingRecords that handles point to, from any process connected to the fleet's Ray cluster.
 
 A trainer rank (a Ray actor or task, or any driver that called ``ray.init(address=...)``) asks each
 handle's record store directly, one call per store, all stores at once. The records come back
