@@ -1,6 +1,7 @@
 """``POST /generate``: SGLang's native API plus the routing options (``server/request.py``); each
 finished output gets what its request asked for from ``response.build``, off the event loop when long.
-With ``Accept: application/msgpack`` the response is msgpack and the routing arrays raw bytes.
+With ``Accept: application/msgpack`` the response is msgpack: routing arrays as bytes, expert ids bit-packed
+(``packing.bits`` per id; docs/api.md spells the layout out byte by byte).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """How a /generate body and stream frame are serialized: JSON as SGLang writes its own (orjson through
-SGLang), or msgpack with raw bytes when the client sends ``Accept: application/msgpack``."""
+SGLang), or msgpack (arrays as bytes, expert ids bit-packed: docs/api.md) when the client sends
+``Accept: application/msgpack``."""
 
 from __future__ import annotations
 

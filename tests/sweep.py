@@ -27,7 +27,7 @@ No status is written by hand: a row is captured only if its build above passed, 
 code gives, and an error otherwise (tests/test_sweep.py fails on it). The CPU runtime's patches are installed first,
 as in a server's processes (Qwen3.5's module imports, Qwen3-Next's layers build, on CPU only with them).
 
-It prints / writes a JSON list of rows, one per architecture; ``markdown(rows)`` is the README's table.
+It prints / writes a JSON list of rows, one per architecture; ``markdown(rows)`` is the table in docs/models.md.
 """
 
 from __future__ import annotations

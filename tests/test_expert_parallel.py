@@ -148,3 +148,54 @@ def test_deepep_stops_in_sglangs_own_dispatcher_on_this_host():
         deepep._DeepEPDispatcherImplBase(group=None, router_topk=TOPK, permute_fusion=False, num_experts=EXPERTS,
                                          num_local_experts=EXPERTS // 2, hidden_size=HIDDEN,
                                          params_dtype=torch.float32, deepep_mode=deepep.DeepEPMode.AUTO)
+
+
+def _compiled_mode_moe_forward():
+    """The MoE forward SGLang's torch.compile mode swaps in at a batch of one token, read from SGLang itself."""
+    from sglang_r3.serving.patches.versions import installed
+
+    if installed() == "0.5.15.post1":  # MultiPlatformOp.enter_torch_compile imports it by name for FusedMoE
+        import inspect
+
+        from sglang.srt.layers.moe.fused_moe_native import fused_moe_forward_native
+        from sglang.srt.layers.utils.multi_platform import MultiPlatformOp
+
+        assert "fused_moe_forward_native" in inspect.getsource(MultiPlatformOp.enter_torch_compile)
+        return fused_moe_forward_native
+    from sglang.srt.layers.quantization.unquant import UnquantizedFusedMoEMethod
+
+    return UnquantizedFusedMoEMethod._torch_compile_forward(None, num_tokens=1)
+
+
+def test_sglangs_compiled_mode_moe_forward_adds_the_last_local_expert_for_another_ranks_expert():
+    """Why ``--enable-torch-compile`` with ``--ep-size`` is refused off the CPU runtime (startup_checks,
+    refusal checked in tests/test_startup_refusals.py): the compiled mode's MoE forward indexes the weights with
+    the ``-1`` ids, so a rank adds its last expert where the CUDA kernel adds zero, and the ranks' outputs no
+    longer sum to the one-rank output (the oracle: SGLang's own moe_forward_native holding every expert)."""
+    from sglang.srt.layers.moe.token_dispatcher.standard import StandardDispatchOutput
+
+    compiled = _compiled_mode_moe_forward()
+    moe_forward_native, MoeRunnerConfig, StandardTopKOutput = _sglang()
+    w13, w2 = _experts()
+    ids, weights = _routing(1)
+    x = torch.randn(1, HIDDEN, generator=torch.Generator().manual_seed(3))
+    config = MoeRunnerConfig(activation="silu")
+    want = moe_forward_native(_layer(w13, w2, slice(None)), x, StandardTopKOutput(weights, ids, None), config)
+
+    def rank_output(rank, ep=2):
+        per = EXPERTS // ep
+        layer = _layer(w13, w2, slice(rank * per, (rank + 1) * per))
+        layer.moe_runner_config = config
+        local = StandardTopKOutput(weights, _local_ids(ids, rank, ep), None)
+        return compiled(layer, StandardDispatchOutput(hidden_states=x, hidden_states_scale=None,
+                                                      topk_output=local)).hidden_states
+
+    # With every expert on one rank the compiled-mode forward is the model's ...
+    whole = _layer(w13, w2, slice(None))
+    whole.moe_runner_config = config
+    full = compiled(whole, StandardDispatchOutput(hidden_states=x, hidden_states_scale=None,
+                                                  topk_output=StandardTopKOutput(weights, ids, None))).hidden_states
+    torch.testing.assert_close(full, want, rtol=1e-5, atol=1e-6)
+    # ... and split over two ranks it is not: the -1 slots index the last local expert.
+    assert (ids < EXPERTS // 2).any() and (ids >= EXPERTS // 2).any()  # the token has experts on both ranks
+    assert not torch.allclose(rank_output(0) + rank_output(1), want, rtol=1e-3, atol=1e-4)

@@ -247,6 +247,16 @@ def test_expert_parallelism_without_an_all_to_all_backend_is_accepted_on_the_cpu
                          "--moe-a2a-backend", "none"])
 
 
+def test_torch_compile_with_expert_parallelism_is_refused_on_a_gpu_and_accepted_on_the_cpu_runtime(sglang_args):
+    # Off the CPU runtime the compiled mode's one-token MoE forward indexes the weights with EP's -1 ids
+    # (tests/test_expert_parallel.py runs SGLang's function on them); the CPU runtime keeps moe_forward_native.
+    flags = ["--enable-dp-attention", "--tp-size", "2", "--dp-size", "2", "--ep-size", "2", "--enable-torch-compile"]
+    err = _refusal(sglang_args, [*flags, *ON_A_GPU])
+    _assert_only_flag(err, "--enable-torch-compile together with --ep-size 2", "fused_moe_forward_native",
+                      "w13_weight[topk_ids]")
+    _check(sglang_args, flags)
+
+
 def test_all_to_all_backend_with_attention_tp_is_refused_naming_the_combination(sglang_args):
     err = _refusal(sglang_args, ["--moe-a2a-backend", "mooncake", "--tp-size", "2", "--ep-size", "2"])
     _assert_only_flag(

@@ -1,4 +1,4 @@
-"""A fleet of sglang-r3 engines on Ray with routing records by reference (see README, "Fleet").
+"""A fleet of sglang-r3 engines on Ray with routing records by reference (see docs/serving.md, "Fleet: engines on Ray, records by reference").
 
 Trainer side: ``fetch(handles)`` resolves handles to RoutingRecords from any process connected to
 the fleet's Ray cluster. Driver side: ``Fleet(FleetConfig(...)).start()``.

@@ -51,12 +51,12 @@ class Touch:
 
 
 _MR = "sglang.srt.model_executor.model_runner.ModelRunner"
-_ISC = "sglang.srt.managers.scheduler_components.internal_state"
+_INTERNAL_STATE = "sglang.srt.managers.scheduler_components.internal_state"
 _SCHED = "sglang.srt.managers.scheduler.Scheduler"
 _TM = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
 _GRI = "sglang.srt.managers.io_struct.GenerateReqInput"
 _EAGLE = "sglang.srt.speculative.eagle_worker_v2"
-_POOL = "sglang.srt.mem_cache.memory_pool"
+_MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"
 _SA = "sglang.srt.server_args.ServerArgs"
 _TNA = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
 _RC = "sglang.srt.runtime_context"
@@ -79,20 +79,20 @@ MANIFEST: Tuple[Touch, ...] = (
           "._maybe_collect_routed_experts", "hook:around",
           "per-request gather at finish: rows and marks of req_to_token[start:T-1], missing rows refused",
           "(self, req)"),
-    Touch(f"{_ISC}.SchedulerInternalStateController.get_internal_state", "hook:after",
+    Touch(f"{_INTERNAL_STATE}.SchedulerInternalStateController.get_internal_state", "hook:after",
           "capture counters (and requests held) for /routing/stats", "(self, recv_req)", R23),
-    Touch(f"{_ISC}.SchedulerInternalStateController._update_handlers", "hook:after",
+    Touch(f"{_INTERNAL_STATE}.SchedulerInternalStateController._update_handlers", "hook:after",
           "private: adds the sglang_r3_capture knob to /set_internal_state", "(self)", R23),
-    Touch(f"{_ISC}._UpdateHandler", "uses", "private: the handler type _update_handlers returns",
+    Touch(f"{_INTERNAL_STATE}._UpdateHandler", "uses", "private: the handler type _update_handlers returns",
           "(validate, apply)", R23),
-    Touch(f"{_ISC}.UpdateRejected", "uses", "a knob value /set_internal_state refuses", None, R23),
+    Touch(f"{_INTERNAL_STATE}.UpdateRejected", "uses", "a knob value /set_internal_state refuses", None, R23),
     Touch(f"{_SCHED}.get_internal_state", "hook:after",
           "capture counters (and requests held) for /routing/stats", "(self, recv_req)", R15),
     Touch(f"{_SCHED}.set_internal_state", "hook:around",
           "the sglang_r3_capture knob, taken out before SGLang's hard-coded allow-list sees the request",
           "(self, recv_req)", R15),
 
-    Touch(f"{_POOL}.MHATokenToKVPool.move_kv_cache", "instance",
+    Touch(f"{_MEMORY_POOL}.MHATokenToKVPool.move_kv_cache", "instance",
           "tree drafting moves accepted KV; the wrapper on the live pool (of whichever KV pool class, all "
           "share this method's shape) moves rows and marks with it",
           "(self, tgt_loc, src_loc)"),
@@ -127,7 +127,7 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor", "reads",
           "the request-to-token table at collect", attrs=("req_to_token_pool",), releases=R23),
     Touch(_SCHED, "reads", "requests held, for /routing/stats", attrs=("running_batch", "waiting_queue")),
-    Touch(f"{_ISC}.SchedulerInternalStateController", "reads", "the scheduler it answers for", attrs=("scheduler",),
+    Touch(f"{_INTERNAL_STATE}.SchedulerInternalStateController", "reads", "the scheduler it answers for", attrs=("scheduler",),
           releases=R23),
     Touch("sglang.srt.managers.io_struct.GetInternalStateReqOutput", "reads", "where /routing/stats' counters go",
           attrs=("internal_state",)),
@@ -177,13 +177,13 @@ MANIFEST: Tuple[Touch, ...] = (
           "hook:around",
           "multi-layer MTP: the verify's accept lengths resolve the drafts filed before it (its own draft-extend "
           "files the next round's); a prefill chunk drops its requests' unverified drafts", _FORWARD_GENERATION),
-    Touch(f"{_POOL}.ReqToTokenPool.free_rows", "hook:after",
+    Touch(f"{_MEMORY_POOL}.ReqToTokenPool.free_rows", "hook:after",
           "draft entries of a freed request row are dropped", "(self, indices)", R23),
-    Touch(f"{_POOL}.ReqToTokenPool.free", "hook:before",
+    Touch(f"{_MEMORY_POOL}.ReqToTokenPool.free", "hook:before",
           "draft entries of a freed request row are dropped (before it clears req.req_pool_idx)", "(self, req)", R15),
-    Touch(f"{_POOL}.ReqToTokenPool.alloc", "hook:after",
+    Touch(f"{_MEMORY_POOL}.ReqToTokenPool.alloc", "hook:after",
           "a new request row starts with no draft entries and its MTP wish", "(self, reqs)"),
-    Touch(f"{_POOL}.ReqToTokenPool", "reads", "the request-to-token table", attrs=("req_to_token",)),
+    Touch(f"{_MEMORY_POOL}.ReqToTokenPool", "reads", "the request-to-token table", attrs=("req_to_token",)),
     Touch(f"{_MR}.forward", "instance",
           "the draft runner's forward (each multi-layer MTP runner's too) is wrapped in the draft guard (main "
           "writes from it raise) and files its draft routing",
@@ -253,7 +253,7 @@ MANIFEST: Tuple[Touch, ...] = (
                  "decoupled_spec_role", "speculative_algorithm", "enable_multi_layer_eagle", "speculative_eagle_topk",
                  "speculative_num_steps", "device", "disable_cuda_graph", "tokenizer_worker_num", "smg_grpc_mode",
                  "grpc_mode", "grpc_port", "use_ray", "decrypted_config_file", "trust_remote_code",
-                 "enable_return_routed_experts", "enable_dp_attention", "enable_metrics", "chunked_prefill_size",
+                 "enable_return_routed_experts", "enable_dp_attention", "enable_metrics", "enable_torch_compile", "chunked_prefill_size",
                  "max_prefill_tokens", "speculative_num_draft_tokens"), releases=R23),
     Touch(_SA, "reads", "the flags start-up checks read (0.5.15 has no DWDP, FlexKV, unified-cache linker, "
           "SMG gRPC or native gRPC port flags)",
@@ -264,7 +264,7 @@ MANIFEST: Tuple[Touch, ...] = (
                  "enable_pdmux", "decoupled_spec_role", "speculative_algorithm", "enable_multi_layer_eagle",
                  "speculative_eagle_topk", "speculative_num_steps", "device", "disable_cuda_graph",
                  "tokenizer_worker_num", "grpc_mode", "use_ray", "decrypted_config_file", "trust_remote_code",
-                 "enable_return_routed_experts", "enable_dp_attention", "enable_metrics", "chunked_prefill_size",
+                 "enable_return_routed_experts", "enable_dp_attention", "enable_metrics", "enable_torch_compile", "chunked_prefill_size",
                  "max_prefill_tokens", "speculative_num_draft_tokens"), releases=R15),
     Touch("sglang.srt.arg_groups.overrides.resolving_view", "uses",
           "the resolved values of a ServerArgs record (0.5.15 writes them onto the record)", "(server_args)", R23),
@@ -344,10 +344,10 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.layers.radix_attention.RadixAttention", "reads", "an attention layer's heads and scaling",
           attrs=("tp_q_head_num", "tp_k_head_num", "tp_v_head_num", "qk_head_dim", "v_head_dim", "layer_id",
                  "scaling", "sliding_window_size", "is_cross_attention")),
-    Touch(f"{_POOL}.KVWriteLoc", "uses", "where the CPU verify writes K/V (full and SWA slots)"),
-    Touch(f"{_POOL}.MHATokenToKVPool", "reads", "K/V buffers the CPU verify reads and writes",
+    Touch(f"{_MEMORY_POOL}.KVWriteLoc", "uses", "where the CPU verify writes K/V (full and SWA slots)"),
+    Touch(f"{_MEMORY_POOL}.MHATokenToKVPool", "reads", "K/V buffers the CPU verify reads and writes",
           attrs=("get_key_buffer", "get_value_buffer", "set_kv_buffer")),
-    Touch(f"{_POOL}.MLATokenToKVPool", "reads", "the latent width (MLA prefill on CPU)", attrs=("kv_lora_rank",)),
+    Touch(f"{_MEMORY_POOL}.MLATokenToKVPool", "reads", "the latent width (MLA prefill on CPU)", attrs=("kv_lora_rank",)),
     Touch("sglang.srt.speculative.draft_utils.DraftBackendFactory._create_backend", "hook:around",
           "private: the draft attention backend on CPU",
           {V0_5_15: "(self, backend_name, backend_map, error_template)",
@@ -481,7 +481,7 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.speculative.spec_utils.fill_accept_out_cache_loc", "replaces",
           "CPU only: tree drafting's accepted path, the slots it moves from",
           "(accept_index, out_cache_loc, accept_out_cache_loc, size_upper)", R15),
-    Touch(f"{_POOL}.copy_all_layer_kv_cache_tiled", "replaces",
+    Touch(f"{_MEMORY_POOL}.copy_all_layer_kv_cache_tiled", "replaces",
           "CPU only: the KV pool's copy warm-up at start-up (a pool built for speculation) and every "
           "move_kv_cache (tree drafting), as 0.5.23's copy_all_layer_kv_cache_cpu",
           "(data_ptrs, strides, tgt_loc_ptr, src_loc_ptr, num_locs, num_locs_upper, BYTES_PER_TILE)", R15),

@@ -261,6 +261,16 @@ def _moe_routing_layout(cfg, names, *, resolved) -> Rule:
             backend = getattr(cfg, field)
             if backend in _GATHERED_A2A:
                 yield _Hit(field, backend, _DEEPEP_ON_CPU[backend], f" on {names.name('device', cfg.device)}")
+    if cfg.device != "cpu" and cfg.enable_torch_compile and cfg.ep_size > 1 and cfg.moe_a2a_backend in (None, "none"):
+        # On the CPU runtime the compiled forward keeps moe_forward_native, which cpu/expert_parallel.py serves.
+        yield _Hit("enable_torch_compile", None, (
+            "at a batch of one token SGLang's torch.compile mode swaps the MoE forward for "
+            "layers/moe/fused_moe_native.fused_moe_forward_native (0.5.23: UnquantizedFusedMoEMethod."
+            "_torch_compile_forward; 0.5.15: MultiPlatformOp.enter_torch_compile), which indexes "
+            "w13_weight[topk_ids] with the -1 id expert parallelism gives another rank's expert "
+            "(token_dispatcher/standard.py): the last local expert would be added where the CUDA kernel adds "
+            "nothing, so the forward would not be the model's"
+        ), f" together with {names.name('ep_size', cfg.ep_size)}")
     if cfg.device == "npu" and _expert_placement_remapped(cfg):
         from sglang_r3.serving.patches.release import is_0_5_15
 

@@ -21,7 +21,7 @@ from sglang_r3.core.layout import ModelLayout
 
 
 class RoutingClient:
-    """``binary=True`` (default) asks for msgpack: routing arrays come as raw bytes, not base64."""
+    """``binary=True`` (default) asks for msgpack: routing arrays come as bytes (ids bit-packed), not base64."""
 
     def __init__(self, base_url: str, *, binary: bool = True, timeout: float = 600.0, client: Optional[httpx.Client] = None):
         self.base_url = base_url.rstrip("/")
