@@ -81,6 +81,8 @@ class MtpSection(BaseModel):
     step: str = Field(description="base64 uint8 [n]: draft step within the speculation round")
     accepted: str = Field(description="base64 uint8 [n]: 1 if the drafted token was accepted")
     experts: str = Field(description="base64 [n, topk] expert ids")
+    tokens: Optional[str] = Field(None, description="base64 int32 [n]: the token id the draft forward routed")
+    rounds: Optional[str] = Field(None, description="base64 int32 [n]: the speculation round (a server-wide counter)")
 
 
 class RoutingRecordSchema(BaseModel):

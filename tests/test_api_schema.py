@@ -57,3 +57,15 @@ def test_every_refusal_the_record_store_sends_is_a_documented_routing_error_code
 def test_a_handle_error_with_an_undocumented_code_is_refused_where_it_is_made():
     with pytest.raises(ValueError, match="store_refused"):
         RecordUnavailableError("store_refused", "x")
+
+
+def test_the_mtp_section_schema_lists_every_field_the_record_sends():
+    # The oracle is the record's own wire form (JSON), with the optional token and round columns present.
+    from sglang_r3.core.record.records import MtpRouting
+
+    n = 3
+    mtp = MtpRouting(positions=np.arange(n, dtype=np.int32), depth=np.ones(n, np.uint8), step=np.zeros(n, np.uint8),
+                     accepted=np.ones(n, bool), experts=np.zeros((n, 4), np.uint8),
+                     tokens=np.arange(n, dtype=np.int32), rounds=np.zeros(n, np.int32))
+    documented = set(_openapi()["components"]["schemas"]["MtpSection"]["properties"])
+    assert set(mtp.to_wire()) == documented
