@@ -65,6 +65,9 @@ class Family:
     extra_files: Optional[Callable[[Path], None]] = None
     # Multimodal wrappers: the text model's keyword dict (``config`` above) -> the wrapper config's keywords.
     wrap: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None
+    # Tensors rewritten as the published checkpoint stores them, after transformers' save (checkpoint folder -> None):
+    # Qwen3-VL-MoE's fused experts, transposed as transformers' own conversion mapping reads the Hub files.
+    hub_tensors: Optional[Callable[[Path], None]] = None
     # Keys the published config.json carries that transformers' class takes but does not save (Qwen3-Next / Qwen3.5:
     # full_attention_interval, from which it derives layer_types; SGLang builds the layers from it): written into the
     # saved config.json (a wrapper's text_config) as the release spells them.
@@ -167,6 +170,39 @@ FAMILIES: Dict[str, Family] = {
         router_std=0.4,
         not_served="Found no NVIDIA driver",  # handle_model_specific_adjustments: torch.cuda.get_device_capability()
     ),
+    # MiniMax-M2: every layer MoE, sigmoid scores with a selection bias (e_score_correction_bias), q/k RMS norm over
+    # the whole attention width (on the CPU runtime through patches/cpu/minimax_m2.py), partial RoPE. scoring_func,
+    # use_routing_bias, use_qk_norm, qk_norm_type and rotary_dim as MiniMax-M2 publishes them (transformers' class
+    # keeps them; SGLang's minimax_m2.py reads them); partial_rotary_factor as a transformers 5.19 save writes it
+    # beside rotary_dim. transformers 5.12 (SGLang 0.5.15's pin) ignores rotary_dim: without partial_rotary_factor
+    # its oracle rotates the whole head (served by 0.5.15, 39 of 159 sampled pairs differed from it; SGLang reads
+    # rotary_dim on both releases).
+    "minimax_m2": Family(
+        "minimax_m2", "MiniMaxM2Config", "MiniMaxM2ForCausalLM",
+        dict(_TINY, head_dim=16, intermediate_size=32, num_hidden_layers=3, num_local_experts=8, num_experts_per_tok=2,
+             scoring_func="sigmoid", use_routing_bias=True, use_qk_norm=True, qk_norm_type="per_layer", rotary_dim=8,
+             partial_rotary_factor=0.5),
+        router_std=0.4,  # sigmoid scores off saturation: choices move from token to token
+    ),
+    # The same with use_routing_bias false (transformers' class still saves and adds its bias): refused at start-up by
+    # the layout rule. Served, 56 of 159 greedy (token, layer) pairs differed: SGLang builds no bias and drops it.
+    "minimax_m2_no_routing_bias": Family(
+        "minimax_m2_no_routing_bias", "MiniMaxM2Config", "MiniMaxM2ForCausalLM",
+        dict(_TINY, head_dim=16, intermediate_size=32, num_hidden_layers=3, num_local_experts=8, num_experts_per_tok=2,
+             scoring_func="sigmoid", use_routing_bias=False, use_qk_norm=True, qk_norm_type="per_layer", rotary_dim=8,
+             partial_rotary_factor=0.5),
+        router_std=0.4,
+        not_served="use_routing_bias=False",
+    ),
+    # Qwen2-MoE (Qwen1.5-MoE, as verl trains it): softmax top-k without renormalising (norm_topk_prob false, as
+    # published), every layer MoE, a shared expert behind a sigmoid gate.
+    "qwen2_moe": Family(
+        "qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+        dict(_TINY, intermediate_size=128, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+             num_hidden_layers=3, num_experts=8, num_experts_per_tok=2, norm_topk_prob=False, decoder_sparse_step=1,
+             mlp_only_layers=[]),
+        experts_topk=lambda c: (c.num_experts, c.num_experts_per_tok),
+    ),
     "olmoe": Family(
         "olmoe", "OlmoeConfig", "OlmoeForCausalLM",
         dict(_TINY, num_key_value_heads=4, intermediate_size=32, num_hidden_layers=2, num_experts=8, num_experts_per_tok=2,
@@ -224,8 +260,29 @@ FAMILIES: Dict[str, Family] = {
     # Qwen3-VL-MoE, text routing: the multimodal checkpoint (a one-block vision tower, processor configs), text-only
     # prompts; softmax top-k in every text layer, interleaved M-RoPE. Not served (SGLang does not load transformers 5's
     # fused experts for it): see tests/test_families.py.
+    # Qwen3-VL-MoE as the Hub ships it (Qwen/Qwen3-VL-30B-A3B-Instruct: fused experts stored [experts, in, out], the
+    # transpose of transformers 5's parameters; transformers' conversion_mapping.py "qwen3_vl_moe" transposes them
+    # back when it loads, which the oracle does from this folder). moe_intermediate_size 24: neither fused tensor is
+    # square, so a transposition cannot load silently.
     "qwen3_vl_moe": Family(
         "qwen3_vl_moe", "Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration",
+        dict(_TINY, head_dim=16, intermediate_size=128, moe_intermediate_size=24, num_hidden_layers=2, num_experts=8,
+             num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
+             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2],
+                              "mrope_interleaved": True}),
+        wrap=lambda text: dict(
+            text_config=text, tie_word_embeddings=False,
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16,
+                               spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=text["hidden_size"],
+                               num_position_embeddings=64, deepstack_visual_indexes=[])),
+        layers_of=lambda m: list(m.model.language_model.layers),
+        experts_topk=lambda c: (c.text_config.num_experts, c.text_config.num_experts_per_tok),
+        extra_files=lambda folder: _qwen_vl_processors(folder, patch_size=16, merge_size=2, temporal_patch_size=2),
+        hub_tensors=lambda folder: _transpose_fused_experts(folder),
+    ),
+    # The same saved by transformers 5.19's save_pretrained, which keeps its own fused layout: SGLang's loader stops.
+    "qwen3_vl_moe_transformers_save": Family(
+        "qwen3_vl_moe_transformers_save", "Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration",
         dict(_TINY, head_dim=16, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2, num_experts=8,
              num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
              rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2],
@@ -311,6 +368,7 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
         json.dumps([family.name, family.config_class, family.config, family.seed, family.router_std,
                     transformers.__version__] + ([family.bias_std] if family.bias_std != 0.1 else [])
                    + (["extra_files"] if family.extra_files else [])
+                   + (["hub_tensors"] if family.hub_tensors else [])
                    + ([family.published, family.mtp_format] if family.published else []), sort_keys=True).encode()
     ).hexdigest()[:12]
     out = out or cache_root() / "families" / f"{family.name}-{key}"
@@ -347,6 +405,8 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
         _append_ernie_mtp(tmp, cfg, family)
     if family.published:
         _write_published_keys(tmp, family)
+    if family.hub_tensors is not None:
+        family.hub_tensors(tmp)
     write_tokenizer(tmp)
     if family.extra_files is not None:
         family.extra_files(tmp)
@@ -465,6 +525,18 @@ def _keep_last_layers_as_mtp(folder: Path, main_config, family: Family) -> None:
         out[prefix + "shared_head.head.weight"] = tensors["lm_head.weight"].clone()
         out[prefix + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
     save_file({k: v.contiguous() for k, v in out.items()}, str(shard), metadata={"format": "pt"})
+
+
+def _transpose_fused_experts(folder: Path) -> None:
+    """Each ``mlp.experts.gate_up_proj`` / ``down_proj`` tensor [experts, a, b] stored as [experts, b, a]."""
+    from safetensors.torch import load_file, save_file
+
+    for shard in sorted(folder.glob("*.safetensors")):
+        tensors = load_file(str(shard))
+        for k, v in tensors.items():
+            if k.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+                tensors[k] = v.transpose(1, 2).contiguous()
+        save_file(tensors, str(shard), metadata={"format": "pt"})
 
 
 def load_transformers(path: Path):

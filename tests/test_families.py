@@ -21,6 +21,11 @@ layers and full attention alternating, every layer MoE with a gated shared exper
 the CPU runtime runs the linear attention through torch versions of the sgl-kernel ops SGLang's CPU path calls
 (sglang_r3/serving/patches/cpu/gdn.py, each checked against transformers' torch code in tests/test_cpu_gdn.py).
 Served with speculation off: see below.
+MiniMax-M2 (sigmoid scores with a selection bias, q/k RMS norm over the whole attention width, partial RoPE from
+``rotary_dim``): its q/k norm's two Triton kernels assert CUDA tensors, so the CPU runtime runs them in torch
+(sglang_r3/serving/patches/cpu/minimax_m2.py, checked against transformers' norm in tests/test_cpu_minimax_m2.py).
+Qwen2-MoE (Qwen1.5-MoE: softmax top-k, no renormalisation, a gated shared expert): the shared expert's gate runs in
+torch on CPU (cpu/gdn.py's hook, both releases).
 
 Families that do not run here, and why (SGLang 0.5.23, torch_native attention, CPU):
 - Llama 4 text-only checkpoints (``Llama4ForCausalLM``): refused at start-up by their layout rule. Served,
@@ -42,14 +47,13 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   (torch_native "has neither sliding window nor attention sinks", its comment; intel_amx needs AMX, which this CPU
   lacks), and SGLang then picks the triton_kernels MoE runner for it. TorchNativeAttnBackend's forward_extend /
   forward_decode take no ``sinks`` keyword either.
-- Qwen3-VL-MoE (``Qwen3VLMoeForConditionalGeneration``, text routing; checkpoint with its image and video
-  processor configs): its processor now registers (its module imports models/qwen3_5.py, which imports on CPU once
-  the CPU runtime registers the ``*_cpu`` ops it reads, cpu/gdn.py), and start-up stops loading the weights:
-  ``qwen3_vl_moe.py load_fused_expert_weights`` hands each expert's slice of transformers 5's fused
-  ``mlp.experts.down_proj`` ([experts, hidden, intermediate]) to ``FusedMoE``'s ``_load_w2``, which expects it
-  transposed ("The size of tensor a (64) must match the size of tensor b (32)"): a checkpoint saved by transformers
-  5.19's class is not one SGLang 0.5.23 loads. (Before that, with 2 x intermediate = hidden, the fused
-  ``gate_up_proj`` has the shape SGLang expects either way round.)
+- Qwen3-VL-MoE saved by transformers 5.19's ``save_pretrained`` (``qwen3_vl_moe_transformers_save``): start-up
+  stops loading the weights: ``qwen3_vl_moe.py load_fused_expert_weights`` hands each expert's slice of transformers
+  5's fused ``mlp.experts.down_proj`` ([experts, hidden, intermediate]) to ``FusedMoE``'s ``_load_w2``, which expects
+  the Hub's layout, transposed ("The size of tensor a (64) must match the size of tensor b (32)"). The checkpoint
+  as the Hub ships it (fused experts transposed, as transformers' own conversion mapping reads them back) is
+  served (``qwen3_vl_moe``, text prompts; its processor registers once cpu/gdn.py provides the ``*_cpu`` ops
+  models/qwen3_5.py reads at import).
   (tests: ``test_families_not_served_on_cpu_stop_where_the_docstring_says`` checks each of these stops.)
 - Qwen3-Next and Qwen3.5-MoE with MTP speculation (their checkpoints' MTP layer drafting): not on the CPU runtime.
   Served with ``--speculative-algorithm EAGLE`` (tried: the draft model loads), the first verify stops in
@@ -60,11 +64,8 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   (``scatter_mamba_states_after_mtp_verify``: ``fused_mamba_state_scatter_with_mask``, the conv-window scatters).
   So their rows are proven with speculation off only (tests/test_cpu_gdn.py
   ``test_sglangs_cpu_wrappers_reach_the_ops_and_the_verify_conv_update_does_not`` checks that call).
-- Qwen2-MoE: does not start, a Triton path (issue 18's report, not rerun; its shared-expert gate,
-  ``fused_gate_sigmoid_mul_add``, now runs in torch on CPU for Qwen3-Next and Qwen3.5, cpu/gdn.py).
-- MiniMax-M2: its QK norm (minimax_m2.py ``rms_sumsq_serial``) asserts CUDA tensors; served without it
-  (``use_qk_norm`` unset, SGLang's default) its rows differ from transformers', which always normalises q and
-  k -- which is why the layout rule refuses a config without ``use_qk_norm: true`` (run, then removed).
+- MiniMax-M2 with a config without ``use_qk_norm: true``: refused by the layout rule. Served that way (SGLang's
+  default builds no q/k norm) its rows differed from transformers', which always normalises q and k.
 - MiMo-V2-Flash: refused at start-up by its family entry (sglang_r3/core/families.py): SGLang builds its layers from
   per-layer lists transformers' MiMoV2FlashConfig ignores, and its 3 dense MTP layers are served as one draft
   layer or by multi-layer EAGLE, unproven for it -- so there is no checkpoint both sides read alike to serve.
@@ -93,8 +94,9 @@ NEW_TOKENS = 24
 
 
 # Served on SGLang 0.5.15.post1 too (-m release): families whose routers 0.5.15 builds without a layer id
-# (Mixtral, OLMoE: the adapter files their rows under the layer of the experts beside them) and one it numbers.
-RELEASE_FAMILIES = ("mixtral", "olmoe", "qwen3_moe")
+# (Mixtral, OLMoE: the adapter files their rows under the layer of the experts beside them) and one it numbers;
+# MiniMax-M2 (slime trains it on 0.5.15's image) and Qwen2-MoE, whose CPU ops are hooked on both releases.
+RELEASE_FAMILIES = ("mixtral", "olmoe", "qwen3_moe", "minimax_m2", "qwen2_moe")
 
 
 @pytest.fixture(scope="module", params=[pytest.param(g, marks=pytest.mark.release) if g in RELEASE_FAMILIES else g

@@ -548,10 +548,14 @@ def test_minimax_m2_every_layer_moe_and_longcat_zero_experts_refused_by_name():
     layout = layout_from_hf_config(cfg)
     assert layout.moe_layer_ids == tuple(range(62)) and (layout.num_experts, layout.topk) == (256, 8)
     assert layout.num_mtp_layers == 0
-    assert layout_from_hf_config({**cfg, "use_routing_bias": False}).fingerprint != layout.fingerprint
-    # transformers always normalises q/k; SGLang only with use_qk_norm: without it, refused
+    # transformers always normalises q/k, adds its selection bias and takes the sigmoid; SGLang only as the config
+    # says: any other value refused (served with use_routing_bias false: tests/families.py's variant)
     with pytest.raises(LayoutError, match="use_qk_norm=None.*transformers' MiniMaxM2 always"):
         layout_from_hf_config({k: v for k, v in cfg.items() if k != "use_qk_norm"})
+    for key, value in (("use_routing_bias", False), ("use_routing_bias", None), ("scoring_func", "softmax")):
+        with pytest.raises(LayoutError, match=f"{key}={value!r}.*transformers' MiniMaxM2 always"):
+            layout_from_hf_config({**cfg, key: value} if value is not None else
+                                  {k: v for k, v in cfg.items() if k != key})
     with pytest.raises(LayoutError, match="'LongcatFlashForCausalLM'.*zero-computation"):
         layout_from_hf_config({"architectures": ["LongcatFlashForCausalLM"], "num_hidden_layers": 28})
 

@@ -15,6 +15,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -521,3 +522,56 @@ def _embedded() -> str:
     from sglang_r3.dev.embedded import ensure_embedded_model
 
     return str(ensure_embedded_model())
+
+
+# -- checkpoints SGLang cannot build as written ----------------------------------------------------------
+
+
+def _qwen_hybrid_save(tmp_path, arch: str):
+    """A config as transformers' own class saves it (architectures set as a model save writes them): no weights,
+    start-up's raw pass reads config.json before anything loads."""
+    import json
+
+    import transformers
+
+    small = dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_experts=8,
+                 num_experts_per_tok=2, vocab_size=128, head_dim=16)
+    if arch == "Qwen3NextForCausalLM":
+        config = transformers.Qwen3NextConfig(**small)
+    else:
+        config = transformers.Qwen3_5MoeConfig(text_config=small)
+    config.architectures = [arch]
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    return config, saved
+
+
+@pytest.mark.parametrize("arch", ["Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration"])
+def test_a_transformers_saved_qwen_hybrid_without_full_attention_interval_is_refused_naming_the_key(
+        sglang_args, tmp_path, arch):
+    import json
+
+    from sglang.srt.configs.qwen3_next import HybridLayerType
+    from sglang.srt.configs.qwen3_next import Qwen3NextConfig as SGLangQwen3NextConfig
+
+    config, saved = _qwen_hybrid_save(tmp_path, arch)
+    text = saved.get("text_config", saved)
+    assert "full_attention_interval" not in text and text["layer_types"][3] == "full_attention"
+    # SGLang's own config class (every Qwen3.5 text config subclasses it) cannot give its layer types: the
+    # scheduler would stop here after start-up accepted the checkpoint.
+    with pytest.raises(AttributeError, match="full_attention_interval"):
+        SGLangQwen3NextConfig(**{k: v for k, v in text.items() if k != "model_type"}).layers_block_type
+    where = "text_config." if "text_config" in saved else ""
+    err = _refusal(sglang_args, ["--model-path", str(tmp_path)])
+    assert err.flags == [f"--model-path {tmp_path}"], str(err)
+    assert f'add "{where}full_attention_interval": 4' in str(err) and arch in str(err), str(err)
+    # The key as the refusal says: SGLang's layers are transformers' layer types, and the check passes.
+    text["full_attention_interval"] = 4
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    sg = SGLangQwen3NextConfig(**{k: v for k, v in text.items() if k != "model_type"})
+    names = {"full_attention": HybridLayerType.full_attention.value,
+             "linear_attention": HybridLayerType.linear_attention.value}
+    assert sg.layers_block_type == [names[t] for t in (config.text_config if where else config).layer_types]
+    from sglang_r3.serving.patches.startup_checks import _checkpoint
+
+    assert list(_checkpoint(types.SimpleNamespace(model_path=str(tmp_path)), None, resolved=False)) == []

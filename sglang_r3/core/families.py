@@ -793,6 +793,18 @@ def _minimax_m2(v, arch) -> Stack:
             f"{arch}: use_qk_norm={v.get('use_qk_norm')!r}: SGLang 0.5.23 (minimax_m2.py) then builds no q/k norm, "
             f"transformers' MiniMaxM2 always applies one (the published config sets use_qk_norm: true); refusing"
         )
+    # Served with use_routing_bias false, 56 of 159 (token, layer) pairs differed from transformers' routers.
+    if v.get("use_routing_bias") is not True:
+        raise RuleError(
+            f"{arch}: use_routing_bias={v.get('use_routing_bias')!r}: SGLang (minimax_m2.py) then builds no "
+            f"e_score_correction_bias and ignores the checkpoint's, transformers' MiniMaxM2 always adds it to the "
+            f"choice (the published config sets use_routing_bias: true); refusing"
+        )
+    if v.get("scoring_func") != "sigmoid":
+        raise RuleError(
+            f"{arch}: scoring_func={v.get('scoring_func')!r}: SGLang's TopK scores with it, transformers' "
+            f"MiniMaxM2 always takes the sigmoid (the published config sets scoring_func: sigmoid); refusing"
+        )
     return _every_layer_moe(v, arch)
 
 

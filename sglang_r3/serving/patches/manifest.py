@@ -503,7 +503,15 @@ MANIFEST: Tuple[Touch, ...] = (
           "(self, config, layer_id, quant_config=None, alt_stream=None, prefix='')", R23),
     Touch("sglang.srt.models.qwen2_moe.fused_gate_sigmoid_mul_add", "hook:around",
           "CPU only: the shared expert's sigmoid gate added to the routed output in torch (a Triton kernel but on "
-          "AMX CPUs and NPUs)", "(hidden_states, gate_weight, shared_output, final_hidden_states)", R23),
+          "AMX CPUs and NPUs; Qwen2-MoE, Qwen3-Next, Qwen3.5)",
+          "(hidden_states, gate_weight, shared_output, final_hidden_states)"),
+    # -- CPU runtime, MiniMax-M2's QK norm (patches/cpu/minimax_m2.py) ---------------------------------------------
+    Touch("sglang.srt.models.minimax_m2.rms_sumsq_serial", "hook:around",
+          "CPU only: the q and k rows' sums of squares in torch (a Triton kernel that asserts CUDA tensors)",
+          "(x1, x2)"),
+    Touch("sglang.srt.models.minimax_m2.rms_apply_serial", "hook:around",
+          "CPU only: q and k scaled by their whole-width RMS and weighted, in torch (a Triton kernel that asserts "
+          "CUDA tensors)", "(x1, x2, w1, w2, sum_sq, tp_world=1, eps=1e-05)"),
     Touch("sgl_kernel", "op", "torch versions of the *_cpu ops sgl-kernel's CPU paths call: speculative "
           "(cpu/spec_ops.py) and gated delta-net (cpu/gdn.py)"),
 )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence
@@ -161,7 +162,8 @@ class _FlagNames:
 def _refusals(cfg: Any, names: _FlagNames, *, resolved: bool, raw: Any = None) -> List[Refusal]:
     """Every refusal for ``cfg``: the raw record, or the resolved view (then ``raw`` is the record)."""
     out: List[Refusal] = []
-    for rule in (_parallelism, _moe_routing_layout, _kv_restore, _disaggregation, _speculative, _serving):
+    for rule in (_parallelism, _moe_routing_layout, _kv_restore, _disaggregation, _speculative, _serving,
+                 _checkpoint):
         for hit in rule(cfg, names, resolved=resolved):
             if hit.field.isupper():  # an environment variable, not a ServerArgs field
                 flag = f"{hit.field}={hit.value} (environment variable)"
@@ -489,3 +491,41 @@ def _rust_server() -> bool:
     from sglang_r3.serving.patches.release import is_0_5_15
 
     return False if is_0_5_15() else bool(envs.SGLANG_RUST_SERVER.get())  # no Rust HTTP server before 0.5.23
+
+
+# SGLang's Qwen3NextConfig (srt/configs/qwen3_next.py, 0.5.15.post1 and 0.5.23; Qwen3.5's text configs subclass
+# it) builds its layers from full_attention_interval (layers_block_type) and drops layer_types, which is all a
+# transformers-5 save_pretrained writes: the scheduler would stop on an AttributeError after start-up accepted it.
+_NEEDS_FULL_ATTENTION_INTERVAL = ("Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")
+
+
+def _checkpoint(cfg, names, *, resolved) -> Rule:
+    """What a local checkpoint's config.json asks of SGLang that SGLang cannot build (raw pass only)."""
+    path = os.path.join(cfg.model_path or "", "config.json")
+    if resolved or not os.path.isfile(path):
+        return  # a hub id: SGLang downloads it later; the scheduler's layout check still applies
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return  # SGLang's own loader says what is wrong with it
+    arch = (config.get("architectures") or [""])[0]
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    if arch in _NEEDS_FULL_ATTENTION_INTERVAL and "full_attention_interval" not in text:
+        where = "text_config." if text is not config else ""
+        yield _Hit("model_path", cfg.model_path, (
+            f"{arch}: its config.json has no {where}full_attention_interval. SGLang builds the layers' attention "
+            f"from it (Qwen3NextConfig.layers_block_type) and ignores layer_types, which transformers 5 writes "
+            f"instead; {_interval_hint(text.get('layer_types'), where)}"
+        ))
+
+
+def _interval_hint(layer_types: Any, where: str) -> str:
+    if isinstance(layer_types, list) and layer_types:
+        full = [i for i, t in enumerate(layer_types) if t == "full_attention"]
+        n = full[0] + 1 if full else 0
+        if n and full == [i for i in range(len(layer_types)) if (i + 1) % n == 0]:
+            return f'its layer_types are every {n}th layer full attention: add "{where}full_attention_interval": {n}'
+        return "its layer_types have no period SGLang can build (full attention every n-th layer)"
+    return "add the published full_attention_interval"
+

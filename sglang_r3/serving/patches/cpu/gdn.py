@@ -355,12 +355,12 @@ def _shared_gate_around(original, hidden_states, gate_weight, shared_output, fin
 
 
 def hooks():
-    """AROUND hooks (SGLang 0.5.23, where the norms live in ``sglang.kernels``; Qwen3-Next and Qwen3.5 are not
-    served on 0.5.15's CPU runtime)."""
+    """AROUND hooks (the norms: SGLang 0.5.23, where they live in ``sglang.kernels``; Qwen3-Next and Qwen3.5 are not
+    served on 0.5.15's CPU runtime. The shared expert's gate: both releases, for Qwen2-MoE)."""
     from sglang_r3.serving.patches.release import is_0_5_15
 
     if is_0_5_15():
-        return []
+        return [(_SHARED_GATE_TARGET, _shared_gate_around)]
     return [(_NORM_TARGET, _gated_norm_around), (_NORM_GROUPED_TARGET, _grouped_norm_around),
             (_SHARED_GATE_TARGET, _shared_gate_around), (_LAYER_TARGET, _layer_init_around)]
 

@@ -1,0 +1,274 @@
+"""The family table of docs/models.md, generated: one row per family of the registry (sglang_r3/core/families.py)
+with a layout rule, and one per architecture that slime's, Miles' or verl's example scripts train; per row the
+scripts that train it and how it is proven, derived from the tests that prove it (tests/families.py's served
+forwards and their MTP-speculation servers, the two other served-forward tests named in OTHER_FORWARDS, the sweep
+for every rule) or the reason it is refused.
+
+``python -m tests.test_sweep`` rewrites the table; ``python -m tests.family_table --check slime=DIR miles=DIR
+verl=DIR`` reads every script below from checkouts of those repositories (at the commits in REPOS) and fails
+unless each names the model it is listed with.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+# framework -> (GitHub repository, the commit the scripts were read at)
+REPOS: Dict[str, Tuple[str, str]] = {
+    "slime": ("THUDM/slime", "624b824a898ab0ec1fcb4d373004c7f3852bf515"),
+    "Miles": ("radixark/miles", "31f1ca961a94cb860cec3b2dea34ec332bfa8f76"),
+    "verl": ("volcengine/verl", "b178a3cd56f58b2d502255daba591e92833930a7"),
+}
+
+
+@dataclass(frozen=True)
+class Script:
+    framework: str
+    path: str
+    model: str  # the published model the script trains
+    architecture: str  # that model's config.json "architectures"[0]; "" where the script does not say which
+    evidence: str  # text the script contains that ties it to the model (checked by --check)
+
+
+S, M, V = "slime", "Miles", "verl"
+TRAINED_BY: Tuple[Script, ...] = (
+    # slime: its run scripts name the Hub checkpoint; scripts/models/*.sh hold the Megatron shapes.
+    Script(S, "scripts/run-glm4.7-355B-A32B.sh", "GLM-4.7", "Glm4MoeForCausalLM", "GLM-4.7-355B-A32B"),
+    Script(S, "scripts/models/glm4.5-355B-A32B.sh", "GLM-4.5", "Glm4MoeForCausalLM", "--num-experts 160"),
+    Script(S, "scripts/models/glm4.5-106B-A12B.sh", "GLM-4.5-Air", "Glm4MoeForCausalLM", "--num-experts 128"),
+    Script(S, "scripts/run-glm4.7-30B-A3B.sh", "GLM-4.7-Flash", "Glm4MoeLiteForCausalLM", "GLM-4.7-Flash"),
+    Script(S, "scripts/run-glm5-744B-A40B.sh", "GLM-5", "GlmMoeDsaForCausalLM", "GLM-5"),
+    Script(S, "scripts/run-glm5.2-744B-A40B.sh", "GLM-5.2", "GlmMoeDsaForCausalLM", "GLM-5.2"),
+    Script(S, "scripts/run-deepseek-r1.sh", "DeepSeek-R1", "DeepseekV3ForCausalLM", "DeepSeek-R1"),
+    Script(S, "scripts/run-kimi-k2-Instruct.sh", "Kimi-K2-Instruct", "DeepseekV3ForCausalLM", "Kimi-K2-Instruct"),
+    Script(S, "scripts/run-kimi-k2-Thinking.sh", "Kimi-K2-Thinking", "DeepseekV3ForCausalLM", "Kimi-K2-Thinking"),
+    Script(S, "scripts/run-moonlight-16B-A3B.sh", "Moonlight-16B-A3B", "DeepseekV3ForCausalLM", "Moonlight-16B-A3B"),
+    Script(S, "scripts/run-minimax-m2.sh", "MiniMax-M2.5", "MiniMaxM2ForCausalLM", "MiniMax-M2.5"),
+    Script(S, "scripts/run-qwen3-30B-A3B.sh", "Qwen3-30B-A3B", "Qwen3MoeForCausalLM", "Qwen3-30B-A3B"),
+    Script(S, "scripts/run-qwen3-235B-A22B.sh", "Qwen3-235B-A22B", "Qwen3MoeForCausalLM", "Qwen3-235B-A22B"),
+    Script(S, "scripts/run-qwen3-next-80B-A3B.sh", "Qwen3-Next-80B-A3B-Thinking", "Qwen3NextForCausalLM",
+           "Qwen3-Next-80B-A3B-Thinking"),
+    Script(S, "scripts/run-qwen3.5-35B-A3B-sft.sh", "Qwen3.5-35B-A3B", "Qwen3_5MoeForConditionalGeneration",
+           "Qwen3.5-35B-A3B"),
+    Script(S, "scripts/models/qwen3.5-35B-A3B-vl.sh", "Qwen3.5-35B-A3B (vision)",
+           "Qwen3_5MoeForConditionalGeneration", "qwen3.5-35B-A3B"),
+    Script(S, "examples/coding_agent_rl/run_qwen36_35b_a3b_swe_8nodes.sh", "Qwen3.6-35B-A3B",
+           "Qwen3_5MoeForConditionalGeneration", "Qwen3.6-35B-A3B"),
+    Script(S, "scripts/run-mimo-7B-rl-eagle.sh", "MiMo-7B-RL", "MiMoForCausalLM", "MiMo-7B-RL"),
+    # Miles: scripts/models/*.py hold the Megatron shapes, one file per published model.
+    Script(M, "scripts/models/glm4.5-355B-A32B.py", "GLM-4.5", "Glm4MoeForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/glm4.7-flash.py", "GLM-4.7-Flash", "Glm4MoeLiteForCausalLM", "--q-lora-rank"),
+    Script(M, "scripts/models/glm5-744B-A40B.py", "GLM-5", "GlmMoeDsaForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/glm5.1-744B-A40B_lora.py", "GLM-5.1", "GlmMoeDsaForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/glm5.2-744B-A40B.py", "GLM-5.2", "GlmMoeDsaForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/deepseek-v3.py", "DeepSeek-V3", "DeepseekV3ForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/kimi-k2.py", "Kimi-K2", "DeepseekV3ForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/deepseek-v32.py", "DeepSeek-V3.2", "DeepseekV32ForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/deepseek-v4-flash.py", "DeepSeek-V4-Flash", "DeepseekV4ForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/kimi-k25.py", "Kimi-K2.5", "KimiK25ForConditionalGeneration", "kimi-k2-thinking"),
+    Script(M, "scripts/models/gpt-oss-20b.py", "gpt-oss-20b", "GptOssForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/qwen3-30B-A3B.py", "Qwen3-30B-A3B", "Qwen3MoeForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/qwen3-next-80B-A3B.py", "Qwen3-Next-80B-A3B", "Qwen3NextForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/qwen3.5-35B-A3B.py", "Qwen3.5-35B-A3B", "Qwen3_5MoeForConditionalGeneration",
+           "--num-experts"),
+    Script(M, "scripts/models/qwen3.6-35B-A3B.py", "Qwen3.6-35B-A3B", "Qwen3_5MoeForConditionalGeneration",
+           "same architecture as qwen3.5"),
+    Script(M, "scripts/models/gemma-4-26b-a4b-it.py", "Gemma-4-26B-A4B", "Gemma4ForConditionalGeneration",
+           "--num-experts"),
+    Script(M, "scripts/models/nemotron-3-nano-30b-a3b.py", "Nemotron-3-Nano-30B-A3B", "NemotronHForCausalLM",
+           "--num-experts"),
+    Script(M, "scripts/models/inkling.py", "Inkling", "", "Inkling"),
+    Script(M, "scripts/models/joyai-llm-flash.py", "JoyAI-LLM-Flash", "", "--num-experts"),
+    # verl: its example scripts name the Hub checkpoint.
+    Script(V, "examples/grpo_trainer/run_deepseek671b_math_megatron_80gb.sh", "DeepSeek-V3-0324",
+           "DeepseekV3ForCausalLM", "deepseek-ai/DeepSeek-V3-0324"),
+    Script(V, "examples/grpo_trainer/run_moonlight16b_math_megatron.sh", "Moonlight-16B-A3B",
+           "DeepseekV3ForCausalLM", "moonshotai/Moonlight-16B-A3B"),
+    Script(V, "examples/grpo_trainer/run_qwen3moe-30b_megatron_96gb.sh", "Qwen3-30B-A3B-Base", "Qwen3MoeForCausalLM",
+           "Qwen/Qwen3-30B-A3B-Base"),
+    Script(V, "examples/grpo_trainer/run_qwen3-235b_megatron_96gb.sh", "Qwen3-235B-A22B", "Qwen3MoeForCausalLM",
+           "Qwen3-235B-A22B"),
+    Script(V, "examples/grpo_trainer/run_gptoss_20b.sh", "gpt-oss-20b", "GptOssForCausalLM", "openai/gpt-oss-20b"),
+    Script(V, "examples/grpo_trainer/run_qwen3_vl-30b-megatron.sh", "Qwen3-VL-30B-A3B-Instruct",
+           "Qwen3VLMoeForConditionalGeneration", "Qwen3-VL-30B-A3B-Instruct"),
+    Script(V, "examples/ppo_trainer/run_qwen1.5_moe_a2.7b-gsm8k_megatron.sh", "Qwen1.5-MoE-A2.7B-Chat",
+           "Qwen2MoeForCausalLM", "Qwen/Qwen1.5-MoE-A2.7B-Chat"),
+)
+
+# Served-forward proofs outside tests/families.py: architecture -> (test file, what it shows).
+OTHER_FORWARDS: Dict[str, Tuple[str, str]] = {
+    "Glm4MoeForCausalLM": ("tests/test_speculative.py",
+                           "the embedded model (GLM-4.7 layout, NextN MTP) with MTP speculation on: main rows = "
+                           "spec-off rows, MTP section tagged"),
+    "Step3p5ForCausalLM": ("tests/test_multi_layer_mtp.py",
+                           "SGLang's own MultiLayerEagleWorkerV2 with 3 MTP layers: main rows and upstream's "
+                           "routed_experts = spec-off rows, MTP section tagged by depth (no transformers class to "
+                           "compare with)"),
+}
+
+# tests/families.py families built but not served on the CPU runtime: test name -> the SGLang call that stops it
+# (the test test_families_not_served_on_cpu_stop_where_the_docstring_says checks the error each one raises).
+NOT_SERVED_WHY: Dict[str, str] = {
+    "glm4_moe_lite_no_q_lora": "`q_lora_rank: null` refused at start-up: SGLang's glm4_moe_lite.py load_weights never "
+                               "loads self_attn.q_proj",
+    "glm_moe_dsa": "start-up stops in SGLang's `handle_model_specific_adjustments` "
+                   "(`torch.cuda.get_device_capability()` for DSA); the DSA indexer needs CUDA kernels",
+    "gpt_oss": "start-up stops in SGLang's `handle_model_specific_adjustments`: no attention backend with sinks on "
+               "the CPU runtime",
+    "minimax_m2_no_routing_bias": "`use_routing_bias` not true refused at start-up: SGLang's minimax_m2.py then "
+                                  "drops the checkpoint's selection bias, transformers adds it",
+    "llama4_text": "text-only `Llama4ForCausalLM` checkpoints refused at start-up (SGLang's llama4.py skips the "
+                   "q/k RoPE permutation)",
+    "qwen3_vl_moe_transformers_save": "a transformers 5.19 `save_pretrained` (its own fused-expert layout, not the "
+                                      "Hub's) stops SGLang's `qwen3_vl_moe.py` `load_fused_expert_weights` at load "
+                                      "(a size mismatch); the Hub layout is served",
+}
+
+# Families with MTP whose served forward runs with speculation off only: architecture -> why.
+SPEC_OFF_ONLY: Dict[str, str] = {
+    a: "MTP speculation does not run on the CPU runtime (the verify's `causal_conv1d_update` takes keywords "
+       "sgl-kernel's CPU wrapper does not)"
+    for a in ("Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")
+}
+
+# Layout, and the variants refused at start-up, per registry family (what the rule reads).
+LAYOUT: Dict[str, str] = {
+    "GLM-4.5 / 4.7": "first `first_k_dense_replace` dense, NextN MTP",
+    "DeepSeek-V3": "first `first_k_dense_replace` dense, NextN MTP; `moe_layer_freq` ≠ 1 refused (SGLang honours "
+                   "it, transformers does not)",
+    "DeepSeek-V2": "as DeepSeek-V3",
+    "GLM-4.7-Flash": "first `first_k_dense_replace` dense (its `mlp_layer_types` must agree), MLA, NextN MTP (MoE); "
+                     "`q_lora_rank: null` refused",
+    "GLM-5 (DSA)": "as DeepSeek-V3 (MLA + DSA indexer), NextN MTP; `mlp_layer_types` that disagree refused",
+    "DeepSeek-V3.2 (DSA)": "as DeepSeek-V3 (MLA + DSA indexer), NextN MTP",
+    "Qwen3-MoE": "every layer MoE; `mlp_only_layers` / `decoder_sparse_step` ≠ 1 refused (SGLang builds those "
+                 "layers MoE)",
+    "Qwen2-MoE": "every layer MoE",
+    "Qwen3-Next": "every layer MoE (linear and full attention alike), its MTP layers as the config says",
+    "Qwen3.5-MoE": "every layer MoE (linear and full attention alike), `mtp_num_hidden_layers` MTP layers",
+    "MiMo-7B": "dense, dense MTP",
+    "Mixtral": "every layer MoE; quantized checkpoints SGLang builds as `QuantMixtralForCausalLM` refused",
+    "OLMoE": "every layer MoE",
+    "Step-3.5": "MoE iff in `moe_layers_enum`; `num_nextn_predict_layers` MTP layers drafted by SGLang's Step3p5MTP",
+    "MiniMax-M2": "every layer MoE; a config without `use_qk_norm: true`, `use_routing_bias: true` or "
+                  "`scoring_func: sigmoid` refused",
+    "gpt-oss": "every layer MoE",
+    "Llama 4": "MoE every `interleave_moe_layer_step`-th layer, top-1; `moe_layers` that disagree refused",
+    "Qwen3-VL-MoE (text)": "text model: every layer MoE",
+    "ERNIE-4.5-MoE": "MoE from `moe_layer_start_index` to `moe_layer_end_index`, dense MTP; `moe_layer_interval` ≠ 1 "
+                     "refused",
+    "Hunyuan-MoE v1": "every layer MoE; one expert refused (SGLang builds dense MLPs)",
+    "Granite-MoE": "every layer MoE",
+    "LFM2-MoE": "first `num_dense_layers` dense",
+    "AFMoE (Arcee Trinity)": "first `num_dense_layers` dense; without `layer_types` refused",
+}
+
+
+def _link(s: Script) -> str:
+    repo, commit = REPOS[s.framework]
+    return f"{s.framework} [`{s.path.rsplit('/', 1)[-1]}`](https://github.com/{repo}/blob/{commit[:9]}/{s.path})"
+
+
+def _proof(arch: str) -> str:
+    """How ``arch`` is proven, from the tests that prove it; '' when it has no rule."""
+    from sglang_r3.core.families import SUPPORTED_ARCHITECTURES
+    from tests.families import FAMILIES, MTP_FLAGS, SERVERS
+
+    if arch not in SUPPORTED_ARCHITECTURES:
+        return ""
+    parts = []
+    for name, fam in FAMILIES.items():
+        if fam.model_class != arch:
+            continue
+        if fam.not_served:
+            parts.append(f"not served (`{name}`): {NOT_SERVED_WHY[name]}")
+            continue
+        spec_on = any(f == name and MTP_FLAGS[0] in extra for f, extra in SERVERS.values())
+        parts.append(f"served forward = transformers' router top-k (`tests/test_families.py` `{name}`"
+                     + (", MTP speculation on = off)" if spec_on else ")"))
+    if arch in OTHER_FORWARDS:
+        path, what = OTHER_FORWARDS[arch]
+        parts.append(f"served forward (`{path}`): {what}")
+    if not any(p.startswith("served forward") for p in parts):
+        parts.insert(0, "**sweep only** (module trees, no served forward)")
+    else:
+        if arch in SPEC_OFF_ONLY:
+            parts.append(f"speculation off only: {SPEC_OFF_ONLY[arch]}")
+        parts.append("sweep")
+    return "; ".join(parts)
+
+
+def rows() -> List[Tuple[str, str, str, str, str]]:
+    """(family, architectures, trained by, proven, layout) per row."""
+    from sglang_r3.core.families import FAMILIES, family_of
+
+    by_arch: Dict[str, List[Script]] = {}
+    for s in TRAINED_BY:
+        by_arch.setdefault(s.architecture, []).append(s)
+    out = []
+    seen = set()
+    for fam in FAMILIES:
+        archs = list(fam.architectures)
+        scripts = [s for a in archs for s in by_arch.get(a, [])]
+        if fam.rule is None and not scripts:
+            continue  # refused and trained by none of the scripts: in the registry-wide table below
+        seen.update(archs)
+        if fam.rule is None:
+            proven = f"refused at start-up: {fam.refusal.split('. ')[0].rstrip('.')}"
+        else:
+            proven = "; ".join(f"`{a}`: {_proof(a)}" if len(archs) > 1 else _proof(a) for a in archs)
+        names = ", ".join(f"`{a}`" for a in archs)
+        out.append((fam.name, names, _trained(scripts), proven, LAYOUT.get(fam.name, "—")))
+    for arch, scripts in by_arch.items():
+        if arch in seen:
+            continue
+        if arch:
+            assert family_of(arch) is None, arch
+            why = "refused at start-up: no layout rule (not proven against the module tree SGLang builds)"
+            out.append((scripts[0].model, f"`{arch}`", _trained(scripts), why, "—"))
+        else:
+            for s in scripts:
+                out.append((s.model, "not named by the script", _trained([s]),
+                            "not mapped: the script gives Megatron shapes only", "—"))
+    return out
+
+
+def _trained(scripts: Sequence[Script]) -> str:
+    if not scripts:
+        return "—"
+    return "; ".join(f"{s.model}: {_link(s)}" for s in scripts)
+
+
+def markdown() -> str:
+    lines = ["| family | architectures | trained by (script) | how it is proven | layout |", "|---|---|---|---|---|"]
+    lines += [f"| {' | '.join(r)} |" for r in rows()]
+    return "\n".join(lines) + "\n"
+
+
+def check(checkouts: Dict[str, str]) -> List[str]:
+    """Every script at its commit names its model: the problems found ([] when none)."""
+    problems = []
+    for s in TRAINED_BY:
+        where = checkouts.get(s.framework.lower())
+        if where is None:
+            problems.append(f"{s.framework}: no checkout given")
+            continue
+        proc = subprocess.run(["git", "-C", where, "show", f"{REPOS[s.framework][1]}:{s.path}"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            problems.append(f"{s.framework} {s.path}: {proc.stderr.strip()}")
+        elif s.evidence.lower() not in proc.stdout.lower():
+            problems.append(f"{s.framework} {s.path}: does not contain {s.evidence!r}")
+    return sorted(set(problems))
+
+
+if __name__ == "__main__":
+    args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
+    if "--check" not in sys.argv:
+        sys.exit("usage: python -m tests.family_table --check slime=DIR miles=DIR verl=DIR")
+    found = check({k.lower(): v for k, v in args.items()})
+    print("\n".join(found) or f"{len(TRAINED_BY)} scripts checked: each names its model")
+    sys.exit(1 if found else 0)
