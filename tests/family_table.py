@@ -120,6 +120,8 @@ NOT_SERVED_WHY: Dict[str, str] = {
                "the CPU runtime",
     "minimax_m2_no_routing_bias": "`use_routing_bias` not true refused at start-up: SGLang's minimax_m2.py then "
                                   "drops the checkpoint's selection bias, transformers adds it",
+    "minimax_m2_rope_factor_only": "partial RoPE given as `partial_rotary_factor` alone refused at start-up: "
+                                   "SGLang's minimax_m2.py rotates `rotary_dim` dims (the whole head without it)",
     "llama4_text": "text-only `Llama4ForCausalLM` checkpoints refused at start-up (SGLang's llama4.py skips the "
                    "q/k RoPE permutation)",
     "qwen3_vl_moe_transformers_save": "a transformers 5.19 `save_pretrained` (its own fused-expert layout, not the "
@@ -154,7 +156,7 @@ LAYOUT: Dict[str, str] = {
     "OLMoE": "every layer MoE",
     "Step-3.5": "MoE iff in `moe_layers_enum`; `num_nextn_predict_layers` MTP layers drafted by SGLang's Step3p5MTP",
     "MiniMax-M2": "every layer MoE; a config without `use_qk_norm: true`, `use_routing_bias: true` or "
-                  "`scoring_func: sigmoid` refused",
+                  "`scoring_func: sigmoid`, or whose `rotary_dim` is not transformers' partial RoPE width, refused",
     "gpt-oss": "every layer MoE",
     "Llama 4": "MoE every `interleave_moe_layer_step`-th layer, top-1; `moe_layers` that disagree refused",
     "Qwen3-VL-MoE (text)": "text model: every layer MoE",

@@ -552,6 +552,14 @@ def test_minimax_m2_every_layer_moe_and_longcat_zero_experts_refused_by_name():
     # says: any other value refused (served with use_routing_bias false: tests/families.py's variant)
     with pytest.raises(LayoutError, match="use_qk_norm=None.*transformers' MiniMaxM2 always"):
         layout_from_hf_config({k: v for k, v in cfg.items() if k != "use_qk_norm"})
+    # partial RoPE as published (rotary_dim 64 of head_dim 128), as transformers 5.19 saves it (both), refused when
+    # SGLang's rotary_dim and transformers' factor disagree
+    half = {**cfg, "head_dim": 128, "rotary_dim": 64}
+    assert layout_from_hf_config(half).moe_layer_ids == layout.moe_layer_ids
+    assert layout_from_hf_config({**half, "partial_rotary_factor": 0.5}).moe_layer_ids == layout.moe_layer_ids
+    for bad in ({**cfg, "partial_rotary_factor": 0.5}, {**half, "partial_rotary_factor": 1.0}):
+        with pytest.raises(LayoutError, match="SGLang .minimax_m2.py. rotates rotary_dim="):
+            layout_from_hf_config(bad)
     for key, value in (("use_routing_bias", False), ("use_routing_bias", None), ("scoring_func", "softmax")):
         with pytest.raises(LayoutError, match=f"{key}={value!r}.*transformers' MiniMaxM2 always"):
             layout_from_hf_config({**cfg, key: value} if value is not None else

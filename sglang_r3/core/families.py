@@ -800,6 +800,21 @@ def _minimax_m2(v, arch) -> Stack:
             f"e_score_correction_bias and ignores the checkpoint's, transformers' MiniMaxM2 always adds it to the "
             f"choice (the published config sets use_routing_bias: true); refusing"
         )
+    # Partial RoPE: SGLang rotates rotary_dim dims (getattr default head_dim); transformers 5.19 rotates
+    # head_dim * partial_rotary_factor, the factor derived from rotary_dim when only that is given
+    # (MiniMaxM2Config.__post_init__). Served with the factor alone, 46 of 159 pairs differed.
+    head_dim = _int(v, "head_dim", arch)
+    rotary_dim = v.get("rotary_dim")
+    factor = (v.get("rope_parameters") or {}).get("partial_rotary_factor")
+    if factor is None:
+        factor = rotary_dim / head_dim if rotary_dim is not None else 1.0
+    sglang_dims = rotary_dim if rotary_dim is not None else head_dim
+    if sglang_dims != round(head_dim * factor):
+        raise RuleError(
+            f"{arch}: rotary_dim={rotary_dim!r} with partial_rotary_factor={factor!r} and head_dim={head_dim}: SGLang "
+            f"(minimax_m2.py) rotates rotary_dim={sglang_dims} dims, transformers' MiniMaxM2 "
+            f"head_dim * partial_rotary_factor={head_dim * factor:g}; set rotary_dim to match (as published); refusing"
+        )
     if v.get("scoring_func") != "sigmoid":
         raise RuleError(
             f"{arch}: scoring_func={v.get('scoring_func')!r}: SGLang's TopK scores with it, transformers' "
