@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -93,6 +93,44 @@ _QWEN35_TEXT = dict(_TINY, head_dim=32, moe_intermediate_size=32, shared_expert_
                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
                                      "mrope_section": [2, 1, 1], "mrope_interleaved": True})
 
+# Qwen3-VL-MoE, text routing: the multimodal checkpoint (a one-block vision tower, processor configs), text-only
+# prompts; softmax top-k in every text layer, interleaved M-RoPE; as the Hub ships it (Qwen/Qwen3-VL-30B-A3B-Instruct:
+# fused experts stored [experts, in, out], the transpose of transformers 5's parameters; transformers'
+# conversion_mapping.py "qwen3_vl_moe" transposes them back when it loads, which the oracle does from this folder).
+# moe_intermediate_size 24: neither fused tensor is square, so a transposition cannot load silently.
+_QWEN3_VL_MOE = Family(
+    "qwen3_vl_moe", "Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration",
+    dict(_TINY, head_dim=16, intermediate_size=128, moe_intermediate_size=24, num_hidden_layers=2, num_experts=8,
+         num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
+         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2],
+                          "mrope_interleaved": True}),
+    wrap=lambda text: dict(
+        text_config=text, tie_word_embeddings=False,
+        vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16,
+                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=text["hidden_size"],
+                           num_position_embeddings=64, deepstack_visual_indexes=[])),
+    layers_of=lambda m: list(m.model.language_model.layers),
+    experts_topk=lambda c: (c.text_config.num_experts, c.text_config.num_experts_per_tok),
+    extra_files=lambda folder: _qwen_vl_processors(folder, patch_size=16, merge_size=2, temporal_patch_size=2),
+    hub_tensors=lambda folder: _transpose_fused_experts(folder),
+)
+
+# MiniMax-M2: every layer MoE, sigmoid scores with a selection bias (e_score_correction_bias), q/k RMS norm over the
+# whole attention width (on the CPU runtime through patches/cpu/minimax_m2.py), partial RoPE. scoring_func,
+# use_routing_bias, use_qk_norm, qk_norm_type and rotary_dim as MiniMax-M2 publishes them (transformers' class keeps
+# them; SGLang's minimax_m2.py reads them); partial_rotary_factor as a transformers 5.19 save writes it beside
+# rotary_dim. transformers 5.12 (SGLang 0.5.15's pin) ignores rotary_dim: without partial_rotary_factor its oracle
+# rotates the whole head (served by 0.5.15, 39 of 159 sampled pairs differed from it; SGLang reads rotary_dim on both
+# releases).
+_MINIMAX_M2 = Family(
+    "minimax_m2", "MiniMaxM2Config", "MiniMaxM2ForCausalLM",
+    dict(_TINY, head_dim=16, intermediate_size=32, num_hidden_layers=3, num_local_experts=8, num_experts_per_tok=2,
+         scoring_func="sigmoid", use_routing_bias=True, use_qk_norm=True, qk_norm_type="per_layer", rotary_dim=8,
+         partial_rotary_factor=0.5),
+    router_std=0.4,  # sigmoid scores off saturation: choices move from token to token
+)
+
+
 FAMILIES: Dict[str, Family] = {
     # GLM-4.5: layer 0 dense (first_k_dense_replace), sigmoid scores with a correction bias, shared expert.
     "glm4_moe": Family(
@@ -170,40 +208,18 @@ FAMILIES: Dict[str, Family] = {
         router_std=0.4,
         not_served="Found no NVIDIA driver",  # handle_model_specific_adjustments: torch.cuda.get_device_capability()
     ),
-    # MiniMax-M2: every layer MoE, sigmoid scores with a selection bias (e_score_correction_bias), q/k RMS norm over
-    # the whole attention width (on the CPU runtime through patches/cpu/minimax_m2.py), partial RoPE. scoring_func,
-    # use_routing_bias, use_qk_norm, qk_norm_type and rotary_dim as MiniMax-M2 publishes them (transformers' class
-    # keeps them; SGLang's minimax_m2.py reads them); partial_rotary_factor as a transformers 5.19 save writes it
-    # beside rotary_dim. transformers 5.12 (SGLang 0.5.15's pin) ignores rotary_dim: without partial_rotary_factor
-    # its oracle rotates the whole head (served by 0.5.15, 39 of 159 sampled pairs differed from it; SGLang reads
-    # rotary_dim on both releases).
-    "minimax_m2": Family(
-        "minimax_m2", "MiniMaxM2Config", "MiniMaxM2ForCausalLM",
-        dict(_TINY, head_dim=16, intermediate_size=32, num_hidden_layers=3, num_local_experts=8, num_experts_per_tok=2,
-             scoring_func="sigmoid", use_routing_bias=True, use_qk_norm=True, qk_norm_type="per_layer", rotary_dim=8,
-             partial_rotary_factor=0.5),
-        router_std=0.4,  # sigmoid scores off saturation: choices move from token to token
-    ),
+    "minimax_m2": _MINIMAX_M2,
     # The same with use_routing_bias false (transformers' class still saves and adds its bias): refused at start-up by
     # the layout rule. Served, 56 of 159 greedy (token, layer) pairs differed: SGLang builds no bias and drops it.
-    "minimax_m2_no_routing_bias": Family(
-        "minimax_m2_no_routing_bias", "MiniMaxM2Config", "MiniMaxM2ForCausalLM",
-        dict(_TINY, head_dim=16, intermediate_size=32, num_hidden_layers=3, num_local_experts=8, num_experts_per_tok=2,
-             scoring_func="sigmoid", use_routing_bias=False, use_qk_norm=True, qk_norm_type="per_layer", rotary_dim=8,
-             partial_rotary_factor=0.5),
-        router_std=0.4,
-        not_served="use_routing_bias=False",
-    ),
+    "minimax_m2_no_routing_bias": replace(
+        _MINIMAX_M2, name="minimax_m2_no_routing_bias", config={**_MINIMAX_M2.config, "use_routing_bias": False},
+        not_served="use_routing_bias=False"),
     # The same with partial RoPE given only as transformers 5.19 spells it (partial_rotary_factor, no rotary_dim):
     # refused at start-up by the layout rule. Served, 46 of 159 greedy pairs differed: SGLang rotates the whole head.
-    "minimax_m2_rope_factor_only": Family(
-        "minimax_m2_rope_factor_only", "MiniMaxM2Config", "MiniMaxM2ForCausalLM",
-        dict(_TINY, head_dim=16, intermediate_size=32, num_hidden_layers=3, num_local_experts=8, num_experts_per_tok=2,
-             scoring_func="sigmoid", use_routing_bias=True, use_qk_norm=True, qk_norm_type="per_layer",
-             partial_rotary_factor=0.5),
-        router_std=0.4,
-        not_served="rotary_dim=None with partial_rotary_factor=0.5",
-    ),
+    "minimax_m2_rope_factor_only": replace(
+        _MINIMAX_M2, name="minimax_m2_rope_factor_only",
+        config={k: v for k, v in _MINIMAX_M2.config.items() if k != "rotary_dim"},
+        not_served="rotary_dim=None with partial_rotary_factor=0.5"),
     # Qwen2-MoE (Qwen1.5-MoE, as verl trains it): softmax top-k without renormalising (norm_topk_prob false, as
     # published), every layer MoE, a shared expert behind a sigmoid gate.
     "qwen2_moe": Family(
@@ -267,47 +283,12 @@ FAMILIES: Dict[str, Family] = {
         router_ids=lambda ff: (ff.router, _llama4_router_ids(ff.router.top_k)),
         not_served="Llama4ForCausalLM",  # refused by its layout rule (sglang_r3/core/families.py)
     ),
-    # Qwen3-VL-MoE, text routing: the multimodal checkpoint (a one-block vision tower, processor configs), text-only
-    # prompts; softmax top-k in every text layer, interleaved M-RoPE. Not served (SGLang does not load transformers 5's
-    # fused experts for it): see tests/test_families.py.
-    # Qwen3-VL-MoE as the Hub ships it (Qwen/Qwen3-VL-30B-A3B-Instruct: fused experts stored [experts, in, out], the
-    # transpose of transformers 5's parameters; transformers' conversion_mapping.py "qwen3_vl_moe" transposes them
-    # back when it loads, which the oracle does from this folder). moe_intermediate_size 24: neither fused tensor is
-    # square, so a transposition cannot load silently.
-    "qwen3_vl_moe": Family(
-        "qwen3_vl_moe", "Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration",
-        dict(_TINY, head_dim=16, intermediate_size=128, moe_intermediate_size=24, num_hidden_layers=2, num_experts=8,
-             num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
-             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2],
-                              "mrope_interleaved": True}),
-        wrap=lambda text: dict(
-            text_config=text, tie_word_embeddings=False,
-            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16,
-                               spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=text["hidden_size"],
-                               num_position_embeddings=64, deepstack_visual_indexes=[])),
-        layers_of=lambda m: list(m.model.language_model.layers),
-        experts_topk=lambda c: (c.text_config.num_experts, c.text_config.num_experts_per_tok),
-        extra_files=lambda folder: _qwen_vl_processors(folder, patch_size=16, merge_size=2, temporal_patch_size=2),
-        hub_tensors=lambda folder: _transpose_fused_experts(folder),
-    ),
-    # The same saved by transformers 5.19's save_pretrained, which keeps its own fused layout: SGLang's loader stops.
-    "qwen3_vl_moe_transformers_save": Family(
-        "qwen3_vl_moe_transformers_save", "Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration",
-        dict(_TINY, head_dim=16, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2, num_experts=8,
-             num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
-             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2],
-                              "mrope_interleaved": True}),
-        wrap=lambda text: dict(
-            text_config=text, tie_word_embeddings=False,
-            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16,
-                               spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=text["hidden_size"],
-                               num_position_embeddings=64, deepstack_visual_indexes=[])),
-        layers_of=lambda m: list(m.model.language_model.layers),
-        experts_topk=lambda c: (c.text_config.num_experts, c.text_config.num_experts_per_tok),
-        extra_files=lambda folder: _qwen_vl_processors(folder, patch_size=16, merge_size=2, temporal_patch_size=2),
-        # qwen3_vl_moe.py load_fused_expert_weights -> FusedMoE._load_w2: transformers 5's fused down_proj, transposed
-        not_served="The size of tensor a (64) must match the size of tensor b (32)",
-    ),
+    "qwen3_vl_moe": _QWEN3_VL_MOE,
+    # The same saved by transformers 5.19's save_pretrained, which keeps its own fused layout (moe_intermediate_size
+    # 32, as first tried): qwen3_vl_moe.py load_fused_expert_weights -> FusedMoE._load_w2 stops on the down_proj.
+    "qwen3_vl_moe_transformers_save": replace(
+        _QWEN3_VL_MOE, name="qwen3_vl_moe_transformers_save", config={**_QWEN3_VL_MOE.config, "moe_intermediate_size": 32},
+        hub_tensors=None, not_served="The size of tensor a (64) must match the size of tensor b (32)"),
     # Qwen3-Next: gated delta-net (linear attention: causal conv, gated delta rule, gated RMSNorm) and full attention
     # (every 2nd layer: full_attention_interval, as published; output gate, partial RoPE), every layer MoE (softmax
     # top-k) with a sigmoid-gated shared expert, one MTP layer (published: mtp.* tensors, no count in the config).
