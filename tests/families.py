@@ -25,6 +25,11 @@ _TINY = dict(vocab_size=VOCAB, hidden_size=64, num_attention_heads=4, num_key_va
              max_position_embeddings=512, tie_word_embeddings=False)
 
 
+# Qwen3-VL / Qwen3.5's vision tokens, after the embedded tokenizer's 260 ids, and the config keys naming them.
+QWEN_VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+QWEN_VISION_IDS = dict(vision_start_token_id=260, vision_end_token_id=261, image_token_id=262, video_token_id=263)
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -70,7 +75,7 @@ class Family:
     hub_tensors: Optional[Callable[[Path], None]] = None
     # Keys the published config.json carries that transformers' class takes but does not save (Qwen3-Next / Qwen3.5:
     # full_attention_interval, from which it derives layer_types; SGLang builds the layers from it): written into the
-    # saved config.json (a wrapper's text_config) as the release spells them.
+    # saved config.json (a wrapper's text_config; a dotted key names another section) as the release spells them.
     published: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -105,7 +110,7 @@ _QWEN3_VL_MOE = Family(
          rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2],
                           "mrope_interleaved": True}),
     wrap=lambda text: dict(
-        text_config=text, tie_word_embeddings=False,
+        text_config=text, tie_word_embeddings=False, **QWEN_VISION_IDS,
         vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16,
                            spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=text["hidden_size"],
                            num_position_embeddings=64, deepstack_visual_indexes=[])),
@@ -264,7 +269,7 @@ FAMILIES: Dict[str, Family] = {
     ),
     # gpt-oss: every layer MoE (softmax over the top-k logits, router bias), clamped SwiGLU experts with biases;
     # attention sinks, layers alternating sliding window (8 tokens, shorter than every test sequence) / full.
-    # Not served on CPU: see tests/test_families.py.
+    # The CPU runtime adds the sinks to torch_native (sglang_r3/serving/patches/cpu/gpt_oss.py).
     "gpt_oss": Family(
         "gpt_oss", "GptOssConfig", "GptOssForCausalLM",
         dict(_TINY, head_dim=16, intermediate_size=32, num_hidden_layers=2, num_local_experts=8, num_experts_per_tok=2,
@@ -273,7 +278,9 @@ FAMILIES: Dict[str, Family] = {
         is_moe_module=lambda mlp: hasattr(mlp, "router") and hasattr(mlp, "experts"),
         router_ids=lambda mlp: (mlp.router, lambda out: out[-1]),
         bf16_params=("sinks",),
-        not_served="GptOssForCausalLM requires one of",  # handle_model_specific_adjustments: torch_native refused
+        # openai/gpt-oss-20b's config.json carries it; transformers 5.12 (0.5.15's pin) neither takes nor saves it
+        # (its experts clamp at a constant 7.0), SGLang reads it.
+        published={"swiglu_limit": 7.0},
     ),
     # The same text model as transformers' Llama4ForCausalLM saves it: refused at start-up (not served).
     "llama4_text": Family(
@@ -313,26 +320,35 @@ FAMILIES: Dict[str, Family] = {
     "qwen3_5_moe": Family(
         "qwen3_5_moe", "Qwen3_5MoeConfig", "Qwen3_5MoeForConditionalGeneration", _QWEN35_TEXT,
         wrap=lambda text: dict(
-            text_config=text, tie_word_embeddings=False,
+            text_config=text, tie_word_embeddings=False, **QWEN_VISION_IDS,
             vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16,
                                spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=text["hidden_size"],
                                num_position_embeddings=64)),
         layers_of=lambda m: list(m.model.language_model.layers),
         experts_topk=lambda c: (c.text_config.num_experts, c.text_config.num_experts_per_tok),
         extra_files=lambda folder: _qwen_vl_processors(folder, patch_size=16, merge_size=2, temporal_patch_size=2),
-        published=dict(full_attention_interval=2, mtp_num_hidden_layers=1, mtp_use_dedicated_embeddings=False),
+        # The releases' vision_config says no deepstack; transformers' Qwen3.5 vision config neither takes nor saves
+        # the key, and SGLang's (a Qwen3-VL vision config) then defaults it to [8, 16, 24].
+        published={"full_attention_interval": 2, "mtp_num_hidden_layers": 1, "mtp_use_dedicated_embeddings": False,
+                   "vision_config.deepstack_visual_indexes": []},
         mtp_layers=1, mtp_format="qwen",
     ),
 }
 
 
 def _qwen_vl_processors(folder: Path, **sizes) -> None:
-    """The image and video processor configs a Qwen3-VL checkpoint ships (SGLang builds its processor from
-    them at start-up, text-only prompts included)."""
+    """What a Qwen3-VL / Qwen3.5 checkpoint ships for images: the image and video processor configs (SGLang builds
+    its processor from them at start-up, text-only prompts included) and the vision special tokens in its tokenizer,
+    at the ids its config names (``QWEN_VISION_IDS``), so a prompt can hold an image."""
     import transformers
+    from tokenizers import Tokenizer
 
     transformers.Qwen2VLImageProcessor(**sizes).save_pretrained(str(folder))
     transformers.Qwen3VLVideoProcessor(**sizes).save_pretrained(str(folder))
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.add_special_tokens(list(QWEN_VISION_TOKENS))
+    assert all(tokenizer.token_to_id(t) == i for t, i in zip(QWEN_VISION_TOKENS, QWEN_VISION_IDS.values()))
+    tokenizer.save(str(folder / "tokenizer.json"))
 
 
 def _llama4_router_ids(k: int):
@@ -356,7 +372,8 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
     import transformers
 
     key = hashlib.sha256(
-        json.dumps([family.name, family.config_class, family.config, family.seed, family.router_std,
+        json.dumps([family.name, family.config_class, family.wrap(family.config) if family.wrap else family.config,
+                    family.seed, family.router_std,
                     transformers.__version__] + ([family.bias_std] if family.bias_std != 0.1 else [])
                    + (["extra_files"] if family.extra_files else [])
                    + (["hub_tensors"] if family.hub_tensors else [])
@@ -413,9 +430,13 @@ def _keywords(family: Family, text: Dict[str, Any], special: Dict[str, Any]) -> 
 
 
 def _write_published_keys(folder: Path, family: Family) -> None:
+    """A wrapper's keys go into its text_config, but a dotted key names its section (``vision_config.x``)."""
     path = folder / "config.json"
     saved = json.loads(path.read_text())
-    (saved["text_config"] if family.wrap is not None else saved).update(family.published)
+    for key, value in family.published.items():
+        section, _, name = key.rpartition(".")
+        owner = saved[section] if section else saved["text_config"] if family.wrap is not None else saved
+        owner[name] = value
     path.write_text(json.dumps(saved, indent=2, sort_keys=True))
 
 
@@ -602,13 +623,14 @@ class RouterTrace:
         mlp.route_tokens_to_experts = wrapped
         self._undo.append(lambda: delattr(mlp, "route_tokens_to_experts"))
 
-    def topk(self, token_ids: List[int]) -> np.ndarray:
-        """[len(token_ids), moe layers, topk] sorted ids from one forward over the whole sequence."""
+    def topk(self, token_ids: List[int], **inputs) -> np.ndarray:
+        """[len(token_ids), moe layers, topk] sorted ids from one forward over the whole sequence (``inputs``: the
+        model's other inputs, e.g. an image's pixel values from its processor)."""
         import torch
 
         self.rows.clear()
         with torch.no_grad():
-            self.model(torch.tensor([token_ids]))
+            self.model(torch.tensor([token_ids]), **inputs)
         layers = sorted(self.rows)
         per_layer = [np.concatenate(self.rows[i]) for i in layers]
         return np.sort(np.stack(per_layer, axis=1), axis=-1)

@@ -116,8 +116,6 @@ NOT_SERVED_WHY: Dict[str, str] = {
                                "loads self_attn.q_proj",
     "glm_moe_dsa": "start-up stops in SGLang's `handle_model_specific_adjustments` "
                    "(`torch.cuda.get_device_capability()` for DSA); the DSA indexer needs CUDA kernels",
-    "gpt_oss": "start-up stops in SGLang's `handle_model_specific_adjustments`: no attention backend with sinks on "
-               "the CPU runtime",
     "minimax_m2_no_routing_bias": "`use_routing_bias` not true refused at start-up: SGLang's minimax_m2.py then "
                                   "drops the checkpoint's selection bias, transformers adds it",
     "minimax_m2_rope_factor_only": "partial RoPE given as `partial_rotary_factor` alone refused at start-up: "
@@ -178,6 +176,7 @@ def _proof(arch: str) -> str:
     """How ``arch`` is proven, from the tests that prove it; '' when it has no rule."""
     from sglang_r3.core.families import SUPPORTED_ARCHITECTURES
     from tests.families import FAMILIES, MTP_FLAGS, SERVERS
+    from tests.test_families import IMAGE_FAMILIES
 
     if arch not in SUPPORTED_ARCHITECTURES:
         return ""
@@ -190,7 +189,8 @@ def _proof(arch: str) -> str:
             continue
         spec_on = any(f == name and MTP_FLAGS[0] in extra for f, extra in SERVERS.values())
         parts.append(f"served forward = transformers' router top-k (`tests/test_families.py` `{name}`"
-                     + (", MTP speculation on = off)" if spec_on else ")"))
+                     + (", MTP speculation on = off" if spec_on else "")
+                     + (", text prompts and with an image" if name in IMAGE_FAMILIES else "") + ")")
     if arch in OTHER_FORWARDS:
         path, what = OTHER_FORWARDS[arch]
         parts.append(f"served forward (`{path}`): {what}")

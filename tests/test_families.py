@@ -16,7 +16,8 @@ Llama 4 is served as published, ``Llama4ForConditionalGeneration`` (one-layer vi
 MoE every 2nd layer, top-1 weighing the expert input, NoPE every 4th layer, q/k norm; the CPU runtime runs its
 attention as CUDA does and its input-weighted top-1 experts (sglang_r3/serving/patches/cpu/llama4.py).
 Qwen3-Next (``Qwen3NextForCausalLM``) and Qwen3.5-MoE, text-only (``Qwen3_5MoeForCausalLM``) and as published
-(``Qwen3_5MoeForConditionalGeneration``, one-block vision tower and processor configs, text prompts): gated delta-net
+(``Qwen3_5MoeForConditionalGeneration``, one-block vision tower and processor configs, text prompts and a prompt
+with an image, below): gated delta-net
 layers and full attention alternating, every layer MoE with a gated shared expert, one MTP layer in the checkpoint;
 the CPU runtime runs the linear attention through torch versions of the sgl-kernel ops SGLang's CPU path calls
 (sglang_r3/serving/patches/cpu/gdn.py, each checked against transformers' torch code in tests/test_cpu_gdn.py).
@@ -24,8 +25,20 @@ Served with speculation off: see below.
 MiniMax-M2 (sigmoid scores with a selection bias, q/k RMS norm over the whole attention width, partial RoPE from
 ``rotary_dim``): its q/k norm's two Triton kernels assert CUDA tensors, so the CPU runtime runs them in torch
 (sglang_r3/serving/patches/cpu/minimax_m2.py, checked against transformers' norm in tests/test_cpu_minimax_m2.py).
+Qwen3.5-MoE and Qwen3-VL-MoE with an image in the prompt (the tokenizer carries the releases' vision tokens, the
+processor runs on CPU): the image's tokens pass through the MoE layers like text, and their rows, ours and upstream's,
+are transformers' router top-k over the pixels the checkpoint's own processor made
+(``test_image_prompt_rows_are_transformers_router_topk``). A Qwen3.5 vision config without
+``deepstack_visual_indexes`` (transformers' own save) is refused at start-up: SGLang defaults it to Qwen3-VL's
+[8, 16, 24], and the first image prompt stopped its scheduler (tests/test_startup_refusals.py).
 Qwen2-MoE (Qwen1.5-MoE: softmax top-k, no renormalisation, a gated shared expert): the shared expert's gate runs in
 torch on CPU (cpu/gdn.py's hook, both releases).
+gpt-oss (softmax over the top-k router logits with a router bias, clamped SwiGLU experts with biases, attention
+sinks, sliding-window layers of 8 tokens alternating with full ones): SGLang asserts an attention backend with sinks
+(torch_native has none) and picks the triton_kernels MoE runner; the CPU runtime adds the sinks to torch_native
+(sglang_r3/serving/patches/cpu/gpt_oss.py, checked against transformers' eager attention in
+tests/test_cpu_gpt_oss.py) and keeps the MoE runner auto (moe_forward_native). Without the sinks, 18 of 106 greedy
+(token, layer) pairs differed from transformers'. Served on both releases by hand; CI serves it on 0.5.23.
 
 Families that do not run here, and why (SGLang 0.5.23, torch_native attention, CPU):
 - Llama 4 text-only checkpoints (``Llama4ForCausalLM``): refused at start-up by their layout rule. Served,
@@ -42,18 +55,13 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   calls ``torch.cuda.get_device_capability()`` ("Found no NVIDIA driver"). Past it, the DSA backend needs its
   DSATokenToKVPool (fp8 index keys) and the indexer's CUDA kernels (deep_gemm / sgl_kernel ``fp8_mqa_logits``;
   dsa_indexer.py asserts "q_fp8 must be on an indexed CUDA device"): no CPU path (code reading).
-- gpt-oss (``GptOssForCausalLM``): start-up stops in the same ``handle_model_specific_adjustments``: it asserts
-  the attention backend is one of triton / trtllm_mha / fa3 / fa4 / ascend / intel_amx / intel_xpu / aiter
-  (torch_native "has neither sliding window nor attention sinks", its comment; intel_amx needs AMX, which this CPU
-  lacks), and SGLang then picks the triton_kernels MoE runner for it. TorchNativeAttnBackend's forward_extend /
-  forward_decode take no ``sinks`` keyword either.
 - Qwen3-VL-MoE saved by transformers 5.19's ``save_pretrained`` (``qwen3_vl_moe_transformers_save``): start-up
   stops loading the weights: ``qwen3_vl_moe.py load_fused_expert_weights`` hands each expert's slice of transformers
   5's fused ``mlp.experts.down_proj`` ([experts, hidden, intermediate]) to ``FusedMoE``'s ``_load_w2``, which expects
   the Hub's layout, transposed ("The size of tensor a (64) must match the size of tensor b (32)"). The checkpoint
   as the Hub ships it (fused experts transposed, as transformers' own conversion mapping reads them back) is
-  served (``qwen3_vl_moe``, text prompts; its processor registers once cpu/gdn.py provides the ``*_cpu`` ops
-  models/qwen3_5.py reads at import).
+  served (``qwen3_vl_moe``, text prompts and with an image; its processor registers once cpu/gdn.py provides the
+  ``*_cpu`` ops models/qwen3_5.py reads at import).
   (tests: ``test_families_not_served_on_cpu_stop_where_the_docstring_says`` checks each of these stops.)
 - Qwen3-Next and Qwen3.5-MoE with MTP speculation (their checkpoints' MTP layer drafting): not on the CPU runtime.
   Served with ``--speculative-algorithm EAGLE`` (tried: the draft model loads), the first verify stops in
@@ -151,34 +159,89 @@ def test_captured_rows_are_transformers_router_topk(served, oracles, mode):
 
 
 def _check_rows(name, url, oracles, mode):
-    layout = fetch_layout(url)
     trace = oracles(name)
     prompts = [list(p.encode()) for p in PROMPTS]
     outs = generate(
         url, input_ids=prompts, return_routing=True, return_routed_experts=True,
         sampling_params={**SAMPLING[mode], "max_new_tokens": NEW_TOKENS},
     )
-    moe_cols = list(layout.moe_layer_ids)
-    dense_cols = [l.id for l in layout.layers if l.role == ROLE_DENSE]
     pairs = 0
     for prompt, out in zip(prompts, outs):
         tokens = prompt + list(out["output_ids"])
         T = len(tokens)
         assert len(out["output_ids"]) >= 1
         want = trace.topk(tokens)[: T - 1]  # the last token was never an input
-        record = record_of(out)
-        assert record.experts.shape == (T - 1, len(moe_cols), layout.topk) and record.start == 0
-        got = np.sort(record.experts.astype(np.int64), axis=-1)
-        mismatch = np.argwhere((got != want).any(axis=-1))
-        assert mismatch.size == 0, (
-            f"{name}/{mode}: {len(mismatch)} of {got.shape[0] * got.shape[1]} (token, MoE layer) pairs differ "
-            f"from transformers, first at (token, layer column) {mismatch[:5].tolist()}"
-        )
-        upstream = _upstream_rows(out["meta_info"]["routed_experts"], T, layout.num_hidden_layers, layout.topk)
-        np.testing.assert_array_equal(np.sort(upstream[:, moe_cols], axis=-1), got)
-        assert not upstream[:, dense_cols].any()
+        got = _compare_rows(name, mode, url, out, want, T)
         pairs += got.shape[0] * got.shape[1]
     assert pairs > 0
+
+
+# Multimodal MoE wrappers whose processor runs on CPU, served with an image in the prompt: its tokens pass through the
+# MoE layers as tokens, so their rows are in the record (ours and upstream's routed_experts) like any other.
+IMAGE_FAMILIES = ("qwen3_5_moe", "qwen3_vl_moe")
+IMAGE_PROMPT = "Look: <|vision_start|><|image_pad|><|vision_end|> What is it?"
+
+
+def _image():
+    """A 64x64 RGB PNG of seeded noise (a multiple of patch x merge = 32 on each side: no resize on either side)
+    and its data URL, as a client sends it."""
+    import io
+
+    from PIL import Image
+
+    pixels = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return Image.open(io.BytesIO(buf.getvalue())), "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+@pytest.mark.parametrize("served", IMAGE_FAMILIES, indirect=True)
+@pytest.mark.parametrize("mode", sorted(SAMPLING))
+def test_image_prompt_rows_are_transformers_router_topk(served, oracles, mode):
+    """The prompt as a client sends it (text with the vision tokens, the image as a data URL); the oracle is the
+    checkpoint's own transformers processor (input ids with the image pads expanded, pixel values, M-RoPE token
+    types) and transformers' model over prompt + completion with the pixels."""
+    import torch
+    import transformers
+
+    name = served.family
+    image, url_data = _image()
+    processor = transformers.AutoProcessor.from_pretrained(str(build(FAMILIES[name])))
+    enc = processor(text=[IMAGE_PROMPT], images=[image], return_tensors="pt")
+    prompt = enc["input_ids"][0].tolist()
+    pads = prompt.count(processor.image_token_id)
+    assert pads > 1  # the processor expanded the one pad the text holds
+    out = generate(served.url, text=IMAGE_PROMPT, image_data=url_data, return_routing=True,
+                   return_routed_experts=True, sampling_params={**SAMPLING[mode], "max_new_tokens": NEW_TOKENS})
+    assert out["meta_info"]["prompt_tokens"] == len(prompt)
+    tokens = prompt + list(out["output_ids"])
+    types = torch.cat([enc["mm_token_type_ids"], torch.zeros(1, len(out["output_ids"]), dtype=torch.long)], dim=1)
+    trace = oracles(name)
+    want = trace.topk(tokens, pixel_values=enc["pixel_values"], image_grid_thw=enc["image_grid_thw"],
+                      mm_token_type_ids=types)[: len(tokens) - 1]
+    got = _compare_rows(name, mode, served.url, out, want, len(tokens))
+    # The pixels reached the rows: the same ids without the image (its pads embedded as plain tokens) route otherwise.
+    assert (trace.topk(tokens)[: len(tokens) - 1] != got).any()
+
+
+def _compare_rows(name, mode, url, out, want, T) -> np.ndarray:
+    """Our record and upstream's routed_experts for one response against ``want`` ([T - 1, MoE layers, top-k],
+    sorted); returns our rows, sorted."""
+    layout = fetch_layout(url)
+    moe_cols = list(layout.moe_layer_ids)
+    dense_cols = [l.id for l in layout.layers if l.role == ROLE_DENSE]
+    record = record_of(out)
+    assert record.experts.shape == (T - 1, len(moe_cols), layout.topk) and record.start == 0
+    got = np.sort(record.experts.astype(np.int64), axis=-1)
+    mismatch = np.argwhere((got != want).any(axis=-1))
+    assert mismatch.size == 0, (
+        f"{name}/{mode}: {len(mismatch)} of {got.shape[0] * got.shape[1]} (token, MoE layer) pairs differ "
+        f"from transformers, first at (token, layer column) {mismatch[:5].tolist()}"
+    )
+    upstream = _upstream_rows(out["meta_info"]["routed_experts"], T, layout.num_hidden_layers, layout.topk)
+    np.testing.assert_array_equal(np.sort(upstream[:, moe_cols], axis=-1), got)
+    assert not upstream[:, dense_cols].any()
+    return got
 
 
 def _qwen3_with_a_dense_layer() -> Family:

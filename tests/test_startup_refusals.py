@@ -563,7 +563,7 @@ def test_a_transformers_saved_qwen_hybrid_without_full_attention_interval_is_ref
         SGLangQwen3NextConfig(**{k: v for k, v in text.items() if k != "model_type"}).layers_block_type
     where = "text_config." if "text_config" in saved else ""
     err = _refusal(sglang_args, ["--model-path", str(tmp_path)])
-    assert err.flags == [f"--model-path {tmp_path}"], str(err)
+    assert set(err.flags) == {f"--model-path {tmp_path}"}, str(err)
     assert f'add "{where}full_attention_interval": 4' in str(err) and arch in str(err), str(err)
     # The key as the refusal says: SGLang's layers are transformers' layer types, and the check passes.
     text["full_attention_interval"] = 4
@@ -574,4 +574,34 @@ def test_a_transformers_saved_qwen_hybrid_without_full_attention_interval_is_ref
     assert sg.layers_block_type == [names[t] for t in (config.text_config if where else config).layer_types]
     from sglang_r3.serving.patches.startup_checks import _checkpoint
 
-    assert list(_checkpoint(types.SimpleNamespace(model_path=str(tmp_path)), None, resolved=False)) == []
+    hits = list(_checkpoint(types.SimpleNamespace(model_path=str(tmp_path)), None, resolved=False))
+    # (the VL wrapper's vision_config has its own published key: the next test)
+    assert [h for h in hits if "full_attention_interval" in str(h)] == []
+
+
+def test_a_transformers_saved_qwen3_5_vl_without_deepstack_indexes_is_refused_naming_the_key(sglang_args, tmp_path):
+    import json
+
+    import transformers
+    from sglang.srt.utils.hf_transformers_utils import get_config
+
+    arch = "Qwen3_5MoeForConditionalGeneration"
+    config, saved = _qwen_hybrid_save(tmp_path, arch)
+    saved["text_config"]["full_attention_interval"] = 4  # the other published key, so only this one is missing
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert "deepstack_visual_indexes" not in saved["vision_config"]
+    # transformers' Qwen3.5 has no deepstack; SGLang's own config class, reading the same file, builds Qwen3-VL's.
+    assert not hasattr(transformers.AutoConfig.from_pretrained(tmp_path).vision_config, "deepstack_visual_indexes")
+    assert get_config(str(tmp_path), trust_remote_code=False).vision_config.deepstack_visual_indexes == [8, 16, 24]
+    err = _refusal(sglang_args, ["--model-path", str(tmp_path)])
+    assert err.flags == [f"--model-path {tmp_path}"], str(err)
+    assert 'add "vision_config.deepstack_visual_indexes": []' in str(err) and arch in str(err), str(err)
+    # The key as the refusal says (a new folder: SGLang caches configs by path): no deepstack, and the check passes.
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    saved["vision_config"]["deepstack_visual_indexes"] = []
+    (fixed / "config.json").write_text(json.dumps(saved))
+    assert get_config(str(fixed), trust_remote_code=False).vision_config.deepstack_visual_indexes == []
+    from sglang_r3.serving.patches.startup_checks import _checkpoint
+
+    assert list(_checkpoint(types.SimpleNamespace(model_path=str(fixed)), None, resolved=False)) == []

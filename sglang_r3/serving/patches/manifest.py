@@ -58,7 +58,8 @@ _GRI = "sglang.srt.managers.io_struct.GenerateReqInput"
 _EAGLE = "sglang.srt.speculative.eagle_worker_v2"
 _MEMORY_POOL = "sglang.srt.mem_cache.memory_pool"
 _SA = "sglang.srt.server_args.ServerArgs"
-_TNA = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
+_TNA_MODULE = "sglang.srt.layers.attention.torch_native_backend"
+_TNA = f"{_TNA_MODULE}.TorchNativeAttnBackend"
 _RC = "sglang.srt.runtime_context"
 _DP = "sglang.srt.layers.dp_attention"
 _TOPK = "sglang.srt.layers.moe.topk"
@@ -334,9 +335,9 @@ MANIFEST: Tuple[Touch, ...] = (
           "(model, trust_remote_code, revision=None, model_override_args=None, model_config_parser='auto', **kwargs)"),
     # -- CPU runtime (patches/cpu/) -------------------------------------------------------------------------
     Touch(f"{_TNA}.forward_extend", "hook:around",
-          "TARGET_VERIFY / DRAFT_EXTEND on the torch_native backend (CPU only)",
+          "TARGET_VERIFY / DRAFT_EXTEND on the torch_native backend, and gpt-oss's attention sinks (CPU only)",
           "(self, q, k, v, layer, forward_batch, save_kv_cache=True)"),
-    Touch(f"{_TNA}.forward_decode", "hook:around", "draft decode on the torch_native backend (CPU only)",
+    Touch(f"{_TNA}.forward_decode", "hook:around", "draft decode on the torch_native backend, and gpt-oss's attention sinks (CPU only)",
           "(self, q, k, v, layer, forward_batch, save_kv_cache=True)"),
     Touch(_TNA, "reads", "the torch_native backend's pools and SDPA helpers (CPU only)",
           attrs=("token_to_kv_pool", "req_to_token_pool", "swa_out_cache_loc", "_run_sdpa_forward_decode",
@@ -512,6 +513,28 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.models.minimax_m2.rms_apply_serial", "hook:around",
           "CPU only: q and k scaled by their whole-width RMS and weighted, in torch (a Triton kernel that asserts "
           "CUDA tensors)", "(x1, x2, w1, w2, sum_sq, tp_world=1, eps=1e-05)"),
+    # -- CPU runtime, gpt-oss's attention sinks (patches/cpu/gpt_oss.py) --------------------------------------------
+    Touch(f"{_TNA_MODULE}.scaled_dot_product_attention", "hook:around",
+          "CPU only: inside a torch_native forward given gpt-oss's sinks, softmax over the scores and the head's sink "
+          "logit, the sink's share dropped (transformers' eager_attention_forward); torch's SDPA otherwise"),
+    Touch("sglang.srt.arg_groups.model_hook.handle_model_specific_adjustments", "hook:around",
+          "CPU only, gpt-oss only: its attention-backend assertion counts torch_native (sinks added here) as a "
+          "backend with sinks", "(server_args)", R23),
+    Touch("sglang.srt.arg_groups.model_hook.attention_backends_of", "swaps",
+          "CPU only, gpt-oss only, during handle_model_specific_adjustments: torch_native answered as intel_amx, the "
+          "CPU backend its assertion lists", "(cfg)", R23),
+    Touch("sglang.srt.arg_groups.model_overrides.gpt_oss.is_triton_kernels_available", "hook:around",
+          "CPU only: false, so gpt-oss's MoE runner stays auto (moe_forward_native on CPU, through the TopK capture "
+          "site) instead of triton_kernel, whose Triton kernels have no CPU target", "()", R23),
+    Touch(f"{_SA}._handle_model_specific_adjustments", "hook:around",
+          "CPU only, gpt-oss only: its attention-backend assertion counts torch_native (sinks added here) as a "
+          "backend with sinks", "(self)", R15),
+    Touch("sglang.srt.arg_groups.overrides.attention_backends_of", "swaps",
+          "CPU only, gpt-oss only, during ServerArgs._handle_model_specific_adjustments: torch_native answered as "
+          "intel_amx, the CPU backend its assertion lists", "(cfg)", R15),
+    Touch("sglang.srt.arg_groups.overrides.is_triton_kernels_available", "hook:around",
+          "CPU only: false, so gpt-oss's MoE runner stays auto (moe_forward_native on CPU, through the TopK capture "
+          "site) instead of triton_kernel, whose Triton kernels have no CPU target", "()", R15),
     Touch("sgl_kernel", "op", "torch versions of the *_cpu ops sgl-kernel's CPU paths call: speculative "
           "(cpu/spec_ops.py) and gated delta-net (cpu/gdn.py)"),
 )

@@ -497,6 +497,11 @@ def _rust_server() -> bool:
 # it) builds its layers from full_attention_interval (layers_block_type) and drops layer_types, which is all a
 # transformers-5 save_pretrained writes: the scheduler would stop on an AttributeError after start-up accepted it.
 _NEEDS_FULL_ATTENTION_INTERVAL = ("Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")
+# SGLang's Qwen3.5 vision config (srt/configs/qwen3_5.py) subclasses Qwen3-VL's, whose deepstack_visual_indexes
+# defaults to [8, 16, 24]; the Qwen3.5 releases ship it empty, and transformers' Qwen3.5 vision config has no such key
+# (a transformers-5 save drops it). Without it SGLang adds deepstack features Qwen3.5 does not have to the image
+# tokens' first decoder layers: served with a one-block tower, the first image prompt stopped the scheduler.
+_NEEDS_DEEPSTACK_KEY = ("Qwen3_5MoeForConditionalGeneration",)
 
 
 def _checkpoint(cfg, names, *, resolved) -> Rule:
@@ -517,6 +522,13 @@ def _checkpoint(cfg, names, *, resolved) -> Rule:
             f"{arch}: its config.json has no {where}full_attention_interval. SGLang builds the layers' attention "
             f"from it (Qwen3NextConfig.layers_block_type) and ignores layer_types, which transformers 5 writes "
             f"instead; {_interval_hint(text.get('layer_types'), where)}"
+        ))
+    vision = config.get("vision_config")
+    if arch in _NEEDS_DEEPSTACK_KEY and isinstance(vision, dict) and "deepstack_visual_indexes" not in vision:
+        yield _Hit("model_path", cfg.model_path, (
+            f"{arch}: its config.json's vision_config has no deepstack_visual_indexes. SGLang's Qwen3.5 vision config "
+            f"then takes Qwen3-VL's deepstack layers [8, 16, 24], which Qwen3.5 does not have (transformers' "
+            f'Qwen3.5 writes no such key); add "vision_config.deepstack_visual_indexes": [] as the releases ship it'
         ))
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Callable, List, Tuple
 
 from sglang_r3.serving.patches.cpu.spec_ops import IMPLEMENTATIONS as _CPU
+from sglang_r3.serving.patches.swap import swapped
 
 _SPEC = "sglang.srt.speculative"
 _CACHE_LOCS = f"{_SPEC}.triton_ops.cache_locs"
@@ -94,11 +95,8 @@ def _greedy_verify(original, verify_input, batch, *args, **kwargs):
     info = batch.sampling_info
     if info is None or info.is_all_greedy:
         return original(verify_input, batch, *args, **kwargs)
-    info.is_all_greedy = True
-    try:
+    with swapped(info, "is_all_greedy", True):
         return original(verify_input, batch, *args, **kwargs)
-    finally:
-        info.is_all_greedy = False
 
 
 def _idle_verify_input(original, cls, topk, spec_steps, num_verify_tokens):
@@ -137,12 +135,8 @@ def _multi_layer_draft_on_cpu(original, self, *args, **kwargs):
     # the tree it extends); for this call its module's ``torch.full`` puts "cuda" tensors on the CPU.
     from sglang.srt.speculative import multi_layer_eagle_worker_v2 as module
 
-    real = module.torch
-    module.torch = _CudaFullOnCpu(real)
-    try:
+    with swapped(module, "torch", _CudaFullOnCpu(module.torch)):
         return original(self, *args, **kwargs)
-    finally:
-        module.torch = real
 
 
 class _CudaFullOnCpu:

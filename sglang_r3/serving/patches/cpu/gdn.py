@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch.linalg import solve_triangular
 
+from sglang_r3.serving.patches.swap import swapped
 
 
 # -- convolution ---------------------------------------------------------------------------------------------
@@ -441,9 +442,5 @@ def _layer_init_around(original, self, *args, **kwargs):
     only without CUDA, no-device ``torch.get_device_module()`` answers ``torch.cpu``, as on a CPU-only torch build."""
     if torch.cuda.is_available():
         return original(self, *args, **kwargs)
-    real = torch.get_device_module
-    torch.get_device_module = _cpu_device_module(real)
-    try:
+    with swapped(torch, "get_device_module", _cpu_device_module(torch.get_device_module)):
         return original(self, *args, **kwargs)
-    finally:
-        torch.get_device_module = real
