@@ -267,6 +267,24 @@ FAMILIES: Dict[str, Family] = {
         is_moe_module=lambda ff: hasattr(ff, "router") and hasattr(ff, "experts"),
         router_ids=lambda ff: (ff.router, _llama4_router_ids(ff.router.top_k)),
     ),
+    # GLM-4.5V / 4.6V as published (Glm4vMoeForConditionalGeneration: a one-block vision tower, processor configs,
+    # text prompts): GLM-4.5's text model (layer 0 dense, sigmoid router with a selection bias, a shared expert),
+    # attention bias, partial M-RoPE (its sections fill the rotary half-width, as zai-org/GLM-4.5V's do).
+    "glm4v_moe": Family(
+        "glm4v_moe", "Glm4vMoeConfig", "Glm4vMoeForConditionalGeneration",
+        dict(_TINY, head_dim=32, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+             n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+             attention_bias=True, partial_rotary_factor=0.5,
+             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3],
+                              "partial_rotary_factor": 0.5}),
+        wrap=lambda text: dict(
+            text_config=text, tie_word_embeddings=False,
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=14,
+                               spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=text["hidden_size"])),
+        layers_of=lambda m: list(m.model.language_model.layers),
+        experts_topk=lambda c: (c.text_config.n_routed_experts, c.text_config.num_experts_per_tok),
+        extra_files=lambda folder: _glm4v_processors(folder),
+    ),
     # gpt-oss: every layer MoE (softmax over the top-k logits, router bias), clamped SwiGLU experts with biases;
     # attention sinks, layers alternating sliding window (8 tokens, shorter than every test sequence) / full.
     # The CPU runtime adds the sinks to torch_native (sglang_r3/serving/patches/cpu/gpt_oss.py).
@@ -349,6 +367,14 @@ def _qwen_vl_processors(folder: Path, **sizes) -> None:
     tokenizer.add_special_tokens(list(QWEN_VISION_TOKENS))
     assert all(tokenizer.token_to_id(t) == i for t, i in zip(QWEN_VISION_TOKENS, QWEN_VISION_IDS.values()))
     tokenizer.save(str(folder / "tokenizer.json"))
+
+
+def _glm4v_processors(folder: Path) -> None:
+    """The image and video processor configs a GLM-4.5V checkpoint ships (SGLang builds its processor at start-up)."""
+    import transformers
+
+    transformers.Glm4vImageProcessor(patch_size=14, merge_size=2, temporal_patch_size=2).save_pretrained(str(folder))
+    transformers.Glm4vVideoProcessor(patch_size=14, merge_size=2, temporal_patch_size=2).save_pretrained(str(folder))
 
 
 def _llama4_router_ids(k: int):

@@ -158,6 +158,8 @@ LAYOUT: Dict[str, str] = {
     "gpt-oss": "every layer MoE",
     "Llama 4": "MoE every `interleave_moe_layer_step`-th layer, top-1; `moe_layers` that disagree refused",
     "Qwen3-VL-MoE (text)": "text model: every layer MoE",
+    "GLM-4.5V / 4.6V (text)": "text model as GLM-4.5: first `first_k_dense_replace` dense; no MTP layers (its config "
+                              "names none)",
     "ERNIE-4.5-MoE": "MoE from `moe_layer_start_index` to `moe_layer_end_index`, dense MTP; `moe_layer_interval` ≠ 1 "
                      "refused",
     "Hunyuan-MoE v1": "every layer MoE; one expert refused (SGLang builds dense MLPs)",

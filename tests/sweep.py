@@ -166,6 +166,16 @@ SPECS: Dict[str, tuple] = {
                            patch_size=16, temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64,
                            deepstack_visual_indexes=[0]),
         tie_word_embeddings=False)),
+    # GLM-4.5V: the text model routes (attention bias, partial M-RoPE as zai-org/GLM-4.5V publishes it); a one-block
+    # vision tower.
+    "Glm4vMoeForConditionalGeneration": ("glm4v_moe", dict(
+        text_config=dict(_T, model_type="glm4v_moe_text", intermediate_size=128, moe_intermediate_size=32,
+                         num_hidden_layers=3, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+                         first_k_dense_replace=1, attention_bias=True, partial_rotary_factor=0.5,
+                         rope_scaling={"rope_type": "default", "mrope_section": [1, 1, 2]}),  # rotary half-width 4
+        vision_config=dict(depth=1, hidden_size=64, intermediate_size=64, num_heads=4, out_hidden_size=64,
+                           patch_size=14, temporal_patch_size=2, spatial_merge_size=2),
+        tie_word_embeddings=False)),
     # ERNIE-4.5-MoE: moe_layer_start_index, moe_num_shared_experts and the MTP layer count as
     # baidu/ERNIE-4.5-21B-A3B-PT publishes them.
     "Ernie4_5_MoeForCausalLM": ("ernie4_5_moe", dict(_T, intermediate_size=128, moe_intermediate_size=32,
@@ -285,6 +295,13 @@ def config_object(arch: str, model_type: str, values: Dict[str, Any]):
     cls = common._CONFIG_REGISTRY.get(model_type) or transformers.CONFIG_MAPPING[model_type]
     cfg = cls(**copy.deepcopy(values))
     cfg.architectures = [arch]
+    # get_config (hf_transformers/config.py) copies a wrapper's text-config values its top level lacks onto it:
+    # GLM-4.5V's model reads config.vocab_size and the like from the top level.
+    text = common.get_hf_text_config(cfg)
+    if text is not None and text is not cfg:
+        for key, value in vars(text).items():
+            if not hasattr(cfg, key) and value is not None:
+                setattr(cfg, key, value)
     return cfg
 
 

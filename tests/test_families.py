@@ -31,6 +31,8 @@ are transformers' router top-k over the pixels the checkpoint's own processor ma
 (``test_image_prompt_rows_are_transformers_router_topk``). A Qwen3.5 vision config without
 ``deepstack_visual_indexes`` (transformers' own save) is refused at start-up: SGLang defaults it to Qwen3-VL's
 [8, 16, 24], and the first image prompt stopped its scheduler (tests/test_startup_refusals.py).
+GLM-4.5V / 4.6V (``Glm4vMoeForConditionalGeneration``, one-block vision tower and processor configs, text prompts):
+GLM-4.5's text model (SGLang builds it with glm4_moe.py's Glm4MoeModel) under partial M-RoPE with attention bias.
 Qwen2-MoE (Qwen1.5-MoE: softmax top-k, no renormalisation, a gated shared expert): the shared expert's gate runs in
 torch on CPU (cpu/gdn.py's hook, both releases).
 gpt-oss (softmax over the top-k router logits with a router bias, clamped SwiGLU experts with biases, attention

@@ -299,6 +299,19 @@ _GLM4_MOE = Facts(
     derive=(_glm4_moe_partial_rotary,),
 )
 
+# GLM-4.5V / 4.6V: the text model of Glm4vMoeForConditionalGeneration (configuration_glm4v_moe.py
+# Glm4vMoeTextConfig); its config class names no MTP layers, and the published config.json has none.
+_GLM4V_MOE_TEXT = Facts(
+    aliases={"num_local_experts": "n_routed_experts"},
+    defaults={"attention_bias": True, "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 4096,
+              "intermediate_size": 10944, "max_position_embeddings": 65536, "moe_intermediate_size": 1408,
+              "n_group": 1, "n_routed_experts": 128, "n_shared_experts": 1, "norm_topk_prob": True,
+              "num_attention_heads": 96, "num_experts_per_tok": 8, "num_hidden_layers": 46,
+              "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "routed_scaling_factor": 1.0,
+              "tie_word_embeddings": False, "topk_group": 1, "vocab_size": 151424},
+    derive=(_glm4_moe_partial_rotary,),
+)
+
 _DEEPSEEK_V3 = Facts(
     aliases={"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
     defaults={"attention_bias": False, "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
@@ -905,6 +918,9 @@ _LLAMA4_TEXT_ONLY_REFUSAL = (
 FAMILIES: Tuple[Family, ...] = (
     Family("GLM-4.5 / 4.7", {"Glm4MoeForCausalLM": "glm4_moe"}, {"glm4_moe": _GLM4_MOE}, _glm4_moe,
            mtp=MTP_NEXTN),
+    # glm4v_moe.py builds its language model from glm4_moe.py's Glm4MoeModel: the same layers as GLM-4.5.
+    Family("GLM-4.5V / 4.6V (text)", {"Glm4vMoeForConditionalGeneration": "glm4v_moe"},
+           {"glm4v_moe_text": _GLM4V_MOE_TEXT}, _glm4_moe, text_model_types={"glm4v_moe": "glm4v_moe_text"}),
     Family("DeepSeek-V3", {"DeepseekV3ForCausalLM": "deepseek_v3"}, {"deepseek_v3": _DEEPSEEK_V3}, _deepseek,
            mtp=MTP_NEXTN),
     Family("DeepSeek-V2", {"DeepseekV2ForCausalLM": "deepseek_v2"}, {"deepseek_v2": _DEEPSEEK_V2}, _deepseek,
