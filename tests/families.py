@@ -29,6 +29,13 @@ _TINY = dict(vocab_size=VOCAB, hidden_size=64, num_attention_heads=4, num_key_va
 QWEN_VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 QWEN_VISION_IDS = dict(vision_start_token_id=260, vision_end_token_id=261, image_token_id=262, video_token_id=263)
 
+# GLM-4.5V's, likewise.
+GLM_VISION_TOKENS = ("<|begin_of_image|>", "<|end_of_image|>", "<|image|>", "<|begin_of_video|>", "<|end_of_video|>",
+                     "<|video|>")
+GLM_VISION_IDS = dict(image_start_token_id=260, image_end_token_id=261, image_token_id=262, video_start_token_id=263,
+                      video_end_token_id=264, video_token_id=265)
+
+
 
 @dataclass(frozen=True)
 class Family:
@@ -278,12 +285,13 @@ FAMILIES: Dict[str, Family] = {
              rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3],
                               "partial_rotary_factor": 0.5}),
         wrap=lambda text: dict(
-            text_config=text, tie_word_embeddings=False,
+            text_config=text, tie_word_embeddings=False, **GLM_VISION_IDS,
             vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=14,
                                spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=text["hidden_size"])),
         layers_of=lambda m: list(m.model.language_model.layers),
         experts_topk=lambda c: (c.text_config.n_routed_experts, c.text_config.num_experts_per_tok),
         extra_files=lambda folder: _glm4v_processors(folder),
+        router_std=0.4,  # sigmoid scores off saturation, as GLM-4.5's
     ),
     # gpt-oss: every layer MoE (softmax over the top-k logits, router bias), clamped SwiGLU experts with biases;
     # attention sinks, layers alternating sliding window (8 tokens, shorter than every test sequence) / full.
@@ -359,22 +367,30 @@ def _qwen_vl_processors(folder: Path, **sizes) -> None:
     its processor from them at start-up, text-only prompts included) and the vision special tokens in its tokenizer,
     at the ids its config names (``QWEN_VISION_IDS``), so a prompt can hold an image."""
     import transformers
-    from tokenizers import Tokenizer
 
     transformers.Qwen2VLImageProcessor(**sizes).save_pretrained(str(folder))
     transformers.Qwen3VLVideoProcessor(**sizes).save_pretrained(str(folder))
+    _add_vision_tokens(folder, QWEN_VISION_TOKENS, QWEN_VISION_IDS)
+
+
+def _add_vision_tokens(folder: Path, tokens, ids: Dict[str, int]) -> None:
+    """The release's vision special tokens in the embedded tokenizer, at the ids the config names."""
+    from tokenizers import Tokenizer
+
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tokenizer.add_special_tokens(list(QWEN_VISION_TOKENS))
-    assert all(tokenizer.token_to_id(t) == i for t, i in zip(QWEN_VISION_TOKENS, QWEN_VISION_IDS.values()))
+    tokenizer.add_special_tokens(list(tokens))
+    assert [tokenizer.token_to_id(t) for t in tokens] == list(ids.values())
     tokenizer.save(str(folder / "tokenizer.json"))
 
 
 def _glm4v_processors(folder: Path) -> None:
-    """The image and video processor configs a GLM-4.5V checkpoint ships (SGLang builds its processor at start-up)."""
+    """The image and video processor configs a GLM-4.5V checkpoint ships (SGLang builds its processor at start-up)
+    and its vision special tokens in the tokenizer."""
     import transformers
 
     transformers.Glm4vImageProcessor(patch_size=14, merge_size=2, temporal_patch_size=2).save_pretrained(str(folder))
     transformers.Glm4vVideoProcessor(patch_size=14, merge_size=2, temporal_patch_size=2).save_pretrained(str(folder))
+    _add_vision_tokens(folder, GLM_VISION_TOKENS, GLM_VISION_IDS)
 
 
 def _llama4_router_ids(k: int):

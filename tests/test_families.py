@@ -25,14 +25,15 @@ Served with speculation off: see below.
 MiniMax-M2 (sigmoid scores with a selection bias, q/k RMS norm over the whole attention width, partial RoPE from
 ``rotary_dim``): its q/k norm's two Triton kernels assert CUDA tensors, so the CPU runtime runs them in torch
 (sglang_r3/serving/patches/cpu/minimax_m2.py, checked against transformers' norm in tests/test_cpu_minimax_m2.py).
-Qwen3.5-MoE and Qwen3-VL-MoE with an image in the prompt (the tokenizer carries the releases' vision tokens, the
-processor runs on CPU): the image's tokens pass through the MoE layers like text, and their rows, ours and upstream's,
+GLM-4.5V, Qwen3.5-MoE and Qwen3-VL-MoE with an image in the prompt (the tokenizer carries the releases' vision
+tokens, the processor runs on CPU): the image's tokens pass through the MoE layers like text, and their rows, ours and upstream's,
 are transformers' router top-k over the pixels the checkpoint's own processor made
 (``test_image_prompt_rows_are_transformers_router_topk``). A Qwen3.5 vision config without
 ``deepstack_visual_indexes`` (transformers' own save) is refused at start-up: SGLang defaults it to Qwen3-VL's
 [8, 16, 24], and the first image prompt stopped its scheduler (tests/test_startup_refusals.py).
-GLM-4.5V / 4.6V (``Glm4vMoeForConditionalGeneration``, one-block vision tower and processor configs, text prompts):
-GLM-4.5's text model (SGLang builds it with glm4_moe.py's Glm4MoeModel) under partial M-RoPE with attention bias.
+GLM-4.5V / 4.6V (``Glm4vMoeForConditionalGeneration``, one-block vision tower and processor configs, text prompts and
+with an image): GLM-4.5's text model (SGLang builds it with glm4_moe.py's Glm4MoeModel) under partial M-RoPE with
+attention bias.
 Qwen2-MoE (Qwen1.5-MoE: softmax top-k, no renormalisation, a gated shared expert): the shared expert's gate runs in
 torch on CPU (cpu/gdn.py's hook, both releases).
 gpt-oss (softmax over the top-k router logits with a router bias, clamped SwiGLU experts with biases, attention
@@ -180,24 +181,28 @@ def _check_rows(name, url, oracles, mode):
 
 # Multimodal MoE wrappers whose processor runs on CPU, served with an image in the prompt: its tokens pass through the
 # MoE layers as tokens, so their rows are in the record (ours and upstream's routed_experts) like any other.
-IMAGE_FAMILIES = ("qwen3_5_moe", "qwen3_vl_moe")
-IMAGE_PROMPT = "Look: <|vision_start|><|image_pad|><|vision_end|> What is it?"
+# family -> (its prompt with the release's image placeholder, the image's side: a multiple of patch x merge within the
+# processor's pixel bounds, so neither side resizes it)
+IMAGE_FAMILIES = {
+    "glm4v_moe": ("Look: <|begin_of_image|><|image|><|end_of_image|> What is it?", 112),
+    "qwen3_5_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
+    "qwen3_vl_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
+}
 
 
-def _image():
-    """A 64x64 RGB PNG of seeded noise (a multiple of patch x merge = 32 on each side: no resize on either side)
-    and its data URL, as a client sends it."""
+def _image(side: int):
+    """A square RGB PNG of seeded noise and its data URL, as a client sends it."""
     import io
 
     from PIL import Image
 
-    pixels = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    pixels = np.random.default_rng(0).integers(0, 256, (side, side, 3), dtype=np.uint8)
     buf = io.BytesIO()
     Image.fromarray(pixels).save(buf, format="PNG")
     return Image.open(io.BytesIO(buf.getvalue())), "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-@pytest.mark.parametrize("served", IMAGE_FAMILIES, indirect=True)
+@pytest.mark.parametrize("served", sorted(IMAGE_FAMILIES), indirect=True)
 @pytest.mark.parametrize("mode", sorted(SAMPLING))
 def test_image_prompt_rows_are_transformers_router_topk(served, oracles, mode):
     """The prompt as a client sends it (text with the vision tokens, the image as a data URL); the oracle is the
@@ -207,20 +212,22 @@ def test_image_prompt_rows_are_transformers_router_topk(served, oracles, mode):
     import transformers
 
     name = served.family
-    image, url_data = _image()
+    text, side = IMAGE_FAMILIES[name]
+    image, url_data = _image(side)
     processor = transformers.AutoProcessor.from_pretrained(str(build(FAMILIES[name])))
-    enc = processor(text=[IMAGE_PROMPT], images=[image], return_tensors="pt")
+    enc = processor(text=[text], images=[image], return_tensors="pt")
     prompt = enc["input_ids"][0].tolist()
-    pads = prompt.count(processor.image_token_id)
-    assert pads > 1  # the processor expanded the one pad the text holds
-    out = generate(served.url, text=IMAGE_PROMPT, image_data=url_data, return_routing=True,
+    assert prompt.count(processor.image_token_id) > 1  # the processor expanded the one placeholder the text holds
+    out = generate(served.url, text=text, image_data=url_data, return_routing=True,
                    return_routed_experts=True, sampling_params={**SAMPLING[mode], "max_new_tokens": NEW_TOKENS})
     assert out["meta_info"]["prompt_tokens"] == len(prompt)
     tokens = prompt + list(out["output_ids"])
-    types = torch.cat([enc["mm_token_type_ids"], torch.zeros(1, len(out["output_ids"]), dtype=torch.long)], dim=1)
+    pixels = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids")}
+    if "mm_token_type_ids" in enc:  # M-RoPE's token types: the completion is text
+        pixels["mm_token_type_ids"] = torch.cat(
+            [enc["mm_token_type_ids"], torch.zeros(1, len(out["output_ids"]), dtype=torch.long)], dim=1)
     trace = oracles(name)
-    want = trace.topk(tokens, pixel_values=enc["pixel_values"], image_grid_thw=enc["image_grid_thw"],
-                      mm_token_type_ids=types)[: len(tokens) - 1]
+    want = trace.topk(tokens, **pixels)[: len(tokens) - 1]
     got = _compare_rows(name, mode, served.url, out, want, len(tokens))
     # The pixels reached the rows: the same ids without the image (its pads embedded as plain tokens) route otherwise.
     assert (trace.topk(tokens)[: len(tokens) - 1] != got).any()
