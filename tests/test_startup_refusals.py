@@ -579,6 +579,30 @@ def test_a_transformers_saved_qwen_hybrid_without_full_attention_interval_is_ref
     assert [h for h in hits if "full_attention_interval" in str(h)] == []
 
 
+def test_a_hub_id_in_the_hub_cache_is_checked_as_its_folder_is(sglang_args, tmp_path):
+    """A Hub id whose config.json is in the Hub cache (laid out as huggingface_hub writes it; ``--download-dir`` is
+    the cache SGLang loads from) is read from there; one not in the cache passes to SGLang, which fetches it."""
+    from huggingface_hub import try_to_load_from_cache
+
+    saved_dir = tmp_path / "save"
+    _, saved = _qwen_hybrid_save(saved_dir, "Qwen3NextForCausalLM")
+    cache, revision = tmp_path / "hub", "0123456789abcdef0123456789abcdef01234567"
+    snapshot = cache / "models--acme--qwen3-next-tiny" / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text((saved_dir / "config.json").read_text())
+    (cache / "models--acme--qwen3-next-tiny" / "refs").mkdir()
+    (cache / "models--acme--qwen3-next-tiny" / "refs" / "main").write_text(revision)
+    assert try_to_load_from_cache("acme/qwen3-next-tiny", "config.json", cache_dir=cache) == str(snapshot / "config.json")
+    err = _refusal(sglang_args, ["--model-path", "acme/qwen3-next-tiny", "--download-dir", str(cache)])
+    assert err.flags == ["--model-path acme/qwen3-next-tiny"], str(err)
+    assert 'add "full_attention_interval": 4' in str(err), str(err)
+    from sglang_r3.serving.patches.startup_checks import _checkpoint
+
+    elsewhere = types.SimpleNamespace(model_path="acme/qwen3-next-tiny", download_dir=str(tmp_path / "empty"),
+                                      revision=None)
+    assert list(_checkpoint(elsewhere, None, resolved=False)) == []
+
+
 def test_a_transformers_saved_qwen3_5_vl_without_deepstack_indexes_is_refused_naming_the_key(sglang_args, tmp_path):
     import json
 

@@ -505,10 +505,11 @@ _NEEDS_DEEPSTACK_KEY = ("Qwen3_5MoeForConditionalGeneration",)
 
 
 def _checkpoint(cfg, names, *, resolved) -> Rule:
-    """What a local checkpoint's config.json asks of SGLang that SGLang cannot build (raw pass only)."""
-    path = os.path.join(cfg.model_path or "", "config.json")
-    if resolved or not os.path.isfile(path):
-        return  # a hub id: SGLang downloads it later; the scheduler's layout check still applies
+    """What a checkpoint's config.json asks of SGLang that SGLang cannot build (raw pass only: SGLang's own
+    argument resolution may already stop on such a config)."""
+    path = None if resolved else _config_json(cfg)
+    if path is None:
+        return  # a Hub id not in the cache yet: SGLang downloads it later; the scheduler's layout check still applies
     try:
         with open(path) as f:
             config = json.load(f)
@@ -530,6 +531,23 @@ def _checkpoint(cfg, names, *, resolved) -> Rule:
             f"then takes Qwen3-VL's deepstack layers [8, 16, 24], which Qwen3.5 does not have (transformers' "
             f'Qwen3.5 writes no such key); add "vision_config.deepstack_visual_indexes": [] as the releases ship it'
         ))
+
+
+def _config_json(cfg) -> Optional[str]:
+    """--model-path's config.json: in the folder, or for a Hub id the copy in the Hub cache SGLang loads from
+    (``--download-dir`` or huggingface_hub's default). Never fetched here: offline, a fetch retries for ~20 s."""
+    model = cfg.model_path or ""
+    if os.path.isdir(model):
+        path = os.path.join(model, "config.json")
+        return path if os.path.isfile(path) else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json", cache_dir=getattr(cfg, "download_dir", None),
+                                        revision=getattr(cfg, "revision", None))
+    except Exception:  # not a Hub id (huggingface_hub validates it): SGLang's own loader says what is wrong
+        return None
+    return cached if isinstance(cached, str) else None
 
 
 def _interval_hint(layer_types: Any, where: str) -> str:
