@@ -683,6 +683,17 @@ class RouterTrace:
         self._undo.clear()
 
 
+# Multimodal MoE wrappers whose processor runs on CPU, served with an image in the prompt: its tokens pass through the
+# MoE layers as tokens, so their rows are in the record (ours and upstream's routed_experts) like any other.
+# family -> (its prompt with the release's image placeholder, the image's side: a multiple of patch x merge within the
+# processor's pixel bounds, so neither side resizes it)
+IMAGE_FAMILIES = {
+    "glm4v_moe": ("Look: <|begin_of_image|><|image|><|end_of_image|> What is it?", 112),
+    "qwen3_5_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
+    "qwen3_vl_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
+}
+
+
 # Flags every family server runs with: the user's launch (our launcher, fp32 for exactness), a KV pool
 # of a fixed size (sized from free host memory otherwise, which other processes on a shared machine
 # move) and a static fraction that keeps SGLang's memory profiling from refusing a model of a few MB

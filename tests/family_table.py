@@ -177,8 +177,7 @@ def _link(s: Script) -> str:
 def _proof(arch: str) -> str:
     """How ``arch`` is proven, from the tests that prove it; '' when it has no rule."""
     from sglang_r3.core.families import SUPPORTED_ARCHITECTURES
-    from tests.families import FAMILIES, MTP_FLAGS, SERVERS
-    from tests.test_families import IMAGE_FAMILIES
+    from tests.families import FAMILIES, IMAGE_FAMILIES, MTP_FLAGS, SERVERS
 
     if arch not in SUPPORTED_ARCHITECTURES:
         return ""

@@ -5,6 +5,7 @@ one decode step), with our ``scaled_dot_product_attention`` in that module's nam
 
 from __future__ import annotations
 
+import functools
 import types
 
 import pytest
@@ -81,7 +82,7 @@ def test_torch_native_extend_and_decode_with_sinks_are_transformers(window):
     req_to_token = torch.zeros(2, 16, dtype=torch.int64)
     req_to_token[1, :n] = slots
     backend = object.__new__(tnb.TorchNativeAttnBackend)
-    sdpa = lambda *a, **kw: gpt_oss._sdpa_around(tnb.scaled_dot_product_attention, *a, **kw)  # noqa: E731
+    sdpa = functools.partial(gpt_oss._sdpa_around, tnb.scaled_dot_product_attention)  # torch's, as the hook wraps it
     common = dict(req_to_token=req_to_token, req_pool_indices=torch.tensor([1]), scaling=DIM ** -0.5,
                   enable_gqa=True, sliding_window_size=None if window is None else window - 1)
     token = gpt_oss._SINKS.set(sinks)

@@ -91,7 +91,8 @@ import numpy as np
 import pytest
 
 from sglang_r3.core.layout import ROLE_DENSE, ROLE_MOE, ROLE_MTP, LayoutError, layout_from_model_path
-from tests.families import FAMILIES, GROUPS, Family, RouterTrace, build, dense_or_moe, load_transformers, serve_group
+from tests.families import (FAMILIES, GROUPS, IMAGE_FAMILIES, Family, RouterTrace, build, dense_or_moe,
+                            load_transformers, serve_group)
 from tests.routing_http import fetch_layout, generate, record_of
 
 pytestmark = pytest.mark.server
@@ -177,17 +178,6 @@ def _check_rows(name, url, oracles, mode):
         got = _compare_rows(name, mode, url, out, want, T)
         pairs += got.shape[0] * got.shape[1]
     assert pairs > 0
-
-
-# Multimodal MoE wrappers whose processor runs on CPU, served with an image in the prompt: its tokens pass through the
-# MoE layers as tokens, so their rows are in the record (ours and upstream's routed_experts) like any other.
-# family -> (its prompt with the release's image placeholder, the image's side: a multiple of patch x merge within the
-# processor's pixel bounds, so neither side resizes it)
-IMAGE_FAMILIES = {
-    "glm4v_moe": ("Look: <|begin_of_image|><|image|><|end_of_image|> What is it?", 112),
-    "qwen3_5_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
-    "qwen3_vl_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
-}
 
 
 def _image(side: int):
