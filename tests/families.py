@@ -207,18 +207,33 @@ FAMILIES: Dict[str, Family] = {
         not_served="q_lora_rank=None",
     ),
     # GLM-5: GLM-4.7-Flash's MLA + MoE with a DSA indexer (index_topk 2048, longer than every test sequence: its
-    # sparse attention attends to every token). Not served on CPU: see tests/test_families.py.
+    # sparse attention attends to every token, as the CPU runtime serves it: sglang_r3/serving/patches/cpu/dsa.py;
+    # index_head_dim 128, as published and as SGLang's DSA KV pool asserts), one NextN layer, served with MTP on.
     "glm_moe_dsa": Family(
         "glm_moe_dsa", "GlmMoeDsaConfig", "GlmMoeDsaForCausalLM",
         dict(_TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
              n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
              n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=32, kv_lora_rank=32,
-             qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, index_topk=2048, index_head_dim=32,
-             index_n_heads=4, num_nextn_predict_layers=0,
+             qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, index_topk=2048, index_head_dim=128,
+             index_n_heads=4, num_nextn_predict_layers=1, moe_layer_freq=1, topk_method="noaux_tc",
+             scoring_func="sigmoid",
              rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
                            "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
         router_std=0.4,
-        not_served="Found no NVIDIA driver",  # handle_model_specific_adjustments: torch.cuda.get_device_capability()
+        mtp_layers=1,
+    ),
+    # DeepSeek-V3.2: DeepSeek-V3 (grouped top-k over 4 groups) with the DSA indexer, served as GLM-5 is, MTP on.
+    "deepseek_v32": Family(
+        "deepseek_v32", "DeepseekV32Config", "DeepseekV32ForCausalLM",
+        dict(_TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+             n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, first_k_dense_replace=1,
+             n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=32, kv_lora_rank=32,
+             qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, index_topk=2048, index_head_dim=128,
+             index_n_heads=4, num_nextn_predict_layers=1, moe_layer_freq=1, topk_method="noaux_tc",
+             scoring_func="sigmoid",
+             rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+                           "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
+        mtp_layers=1,
     ),
     "minimax_m2": _MINIMAX_M2,
     # The same with use_routing_bias false (transformers' class still saves and adds its bias): refused at start-up by
@@ -714,6 +729,9 @@ SERVED = [n for n, f in FAMILIES.items() if not f.not_served]
 SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": ("deepseek_v3", MTP_FLAGS),
                               # GLM-4.7-Flash: one server, MTP speculation on (its main rows against transformers)
                               "glm4_moe_lite": ("glm4_moe_lite", MTP_FLAGS),
+                              # GLM-5: the same, its NextN layer drafting through the DSA model's MTP path
+                              "glm_moe_dsa": ("glm_moe_dsa", MTP_FLAGS),
+                              "deepseek_v32": ("deepseek_v32", MTP_FLAGS),
                               # ERNIE-4.5: one server, MTP speculation on (its dense MTP layer drafts)
                               "ernie4_5_moe": ("ernie4_5_moe", MTP_FLAGS),
                               # the hybrid (linear-attention) families: a bounded state pool

@@ -114,8 +114,6 @@ OTHER_FORWARDS: Dict[str, Tuple[str, str]] = {
 NOT_SERVED_WHY: Dict[str, str] = {
     "glm4_moe_lite_no_q_lora": "`q_lora_rank: null` refused at start-up: SGLang's glm4_moe_lite.py load_weights never "
                                "loads self_attn.q_proj",
-    "glm_moe_dsa": "start-up stops in SGLang's `handle_model_specific_adjustments` "
-                   "(`torch.cuda.get_device_capability()` for DSA); the DSA indexer needs CUDA kernels",
     "minimax_m2_no_routing_bias": "`use_routing_bias` not true refused at start-up: SGLang's minimax_m2.py then "
                                   "drops the checkpoint's selection bias, transformers adds it",
     "minimax_m2_rope_factor_only": "partial RoPE given as `partial_rotary_factor` alone refused at start-up: "
@@ -142,8 +140,10 @@ LAYOUT: Dict[str, str] = {
     "DeepSeek-V2": "as DeepSeek-V3",
     "GLM-4.7-Flash": "first `first_k_dense_replace` dense (its `mlp_layer_types` must agree), MLA, NextN MTP (MoE); "
                      "`q_lora_rank: null` refused",
-    "GLM-5 (DSA)": "as DeepSeek-V3 (MLA + DSA indexer), NextN MTP; `mlp_layer_types` that disagree refused",
-    "DeepSeek-V3.2 (DSA)": "as DeepSeek-V3 (MLA + DSA indexer), NextN MTP",
+    "GLM-5 (DSA)": "as DeepSeek-V3 (MLA + DSA indexer), NextN MTP; `mlp_layer_types` that disagree refused; on the "
+                   "CPU runtime (attention over every key) a context longer than `index_topk` refused",
+    "DeepSeek-V3.2 (DSA)": "as DeepSeek-V3 (MLA + DSA indexer), NextN MTP; on the CPU runtime a context longer than "
+                           "`index_topk` refused",
     "Qwen3-MoE": "every layer MoE; `mlp_only_layers` / `decoder_sparse_step` ≠ 1 refused (SGLang builds those "
                  "layers MoE)",
     "Qwen2-MoE": "every layer MoE",

@@ -34,6 +34,11 @@ are transformers' router top-k over the pixels the checkpoint's own processor ma
 GLM-4.5V / 4.6V (``Glm4vMoeForConditionalGeneration``, one-block vision tower and processor configs, text prompts and
 with an image): GLM-4.5's text model (SGLang builds it with glm4_moe.py's Glm4MoeModel) under partial M-RoPE with
 attention bias.
+GLM-5 (``GlmMoeDsaForCausalLM``) and DeepSeek-V3.2 (``DeepseekV32ForCausalLM``): MLA with the DSA indexer, one NextN
+layer, served with MTP speculation on. The CPU runtime attends to every key (sglang_r3/serving/patches/cpu/dsa.py),
+DSA's own result while a sequence fits in ``index_topk`` (2048 here, as published; start-up refuses a longer context
+there): transformers' indexer then keeps every key too. With ``index_topk`` 8 in transformers, 48 of 120 (token,
+layer) pairs of a 60-token prompt moved, from token 8 on: the indexer decides there, and the oracle sees it.
 Qwen2-MoE (Qwen1.5-MoE: softmax top-k, no renormalisation, a gated shared expert): the shared expert's gate runs in
 torch on CPU (cpu/gdn.py's hook, both releases).
 gpt-oss (softmax over the top-k router logits with a router bias, clamped SwiGLU experts with biases, attention
@@ -53,11 +58,6 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   renames ``self_attn.q_proj`` through its ``("qkv_proj", "q_proj", "q")`` stacking entry, finds no such
   parameter and skips it, so q_proj keeps its initial values (a DeepSeek-V3 checkpoint with q_lora_rank null, loaded
   by deepseek_v2.py, agrees 100%).
-- GLM-5 (``GlmMoeDsaForCausalLM``, DSA): start-up stops in SGLang's server-arg resolution,
-  ``arg_groups/model_hook.py handle_model_specific_adjustments``, which for a DSA model on a non-XPU platform
-  calls ``torch.cuda.get_device_capability()`` ("Found no NVIDIA driver"). Past it, the DSA backend needs its
-  DSATokenToKVPool (fp8 index keys) and the indexer's CUDA kernels (deep_gemm / sgl_kernel ``fp8_mqa_logits``;
-  dsa_indexer.py asserts "q_fp8 must be on an indexed CUDA device"): no CPU path (code reading).
 - Qwen3-VL-MoE saved by transformers 5.19's ``save_pretrained`` (``qwen3_vl_moe_transformers_save``): start-up
   stops loading the weights: ``qwen3_vl_moe.py load_fused_expert_weights`` hands each expert's slice of transformers
   5's fused ``mlp.experts.down_proj`` ([experts, hidden, intermediate]) to ``FusedMoE``'s ``_load_w2``, which expects

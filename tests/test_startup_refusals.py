@@ -629,3 +629,37 @@ def test_a_transformers_saved_qwen3_5_vl_without_deepstack_indexes_is_refused_na
     from sglang_r3.serving.patches.startup_checks import _checkpoint
 
     assert list(_checkpoint(types.SimpleNamespace(model_path=str(fixed)), None, resolved=False)) == []
+
+
+def _glm5_save(tmp_path, **keys):
+    """A GLM-5 (DSA) config as transformers' own class saves it, with the published keys its class does not
+    define: no weights (start-up resolves the config only)."""
+    import json
+
+    import transformers
+
+    config = transformers.GlmMoeDsaConfig(
+        num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=4, vocab_size=128,
+        n_routed_experts=8, num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=32,
+        qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, index_head_dim=128, index_n_heads=4,
+        max_position_embeddings=512, **keys)
+    config.architectures = ["GlmMoeDsaForCausalLM"]
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    saved.update(moe_layer_freq=1, topk_method="noaux_tc", scoring_func="sigmoid")
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+
+
+@pytest.mark.skipif(_release() == "0.5.15.post1", reason="SGLang 0.5.15's DSA resolution asks the CUDA device "
+                    "(torch.cuda.get_device_capability) before any check: DSA is served on the 0.5.23 CPU runtime only")
+def test_a_dsa_model_on_the_cpu_runtime_is_refused_a_context_longer_than_index_topk(tmp_path):
+    # The CPU runtime attends to every key (patches/cpu/dsa.py): DSA's result only up to index_topk keys. Launched
+    # as users launch it: the CPU runtime's hooks (its DSA start-up among them) install in the launcher's process.
+    _glm5_save(tmp_path, index_topk=64)
+    proc = subprocess.run([sys.executable, "-m", "sglang_r3.launch_server", "--model-path", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    # 512: SGLang's own context length for the config (max_position_embeddings), named as the flag that sets it.
+    assert "  --context-length 512: " in proc.stderr, proc.stderr[-3000:]
+    assert "index_topk=64" in proc.stderr and "--context-length 64 or less" in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]

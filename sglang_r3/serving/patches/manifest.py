@@ -518,8 +518,9 @@ MANIFEST: Tuple[Touch, ...] = (
           "CPU only: inside a torch_native forward given gpt-oss's sinks, softmax over the scores and the head's sink "
           "logit, the sink's share dropped (transformers' eager_attention_forward); torch's SDPA otherwise"),
     Touch("sglang.srt.arg_groups.model_hook.handle_model_specific_adjustments", "hook:around",
-          "CPU only, gpt-oss only: its attention-backend assertion counts torch_native (sinks added here) as a "
-          "backend with sinks", "(server_args)", R23),
+          "CPU only. gpt-oss: its attention-backend assertion counts torch_native (sinks added here) as a backend "
+          "with sinks (cpu/gpt_oss.py). DSA models: its DSA branch runs without the CUDA capability it reads only "
+          "for the two DSA kernel passes, which are skipped (cpu/dsa.py)", "(server_args)", R23),
     Touch("sglang.srt.arg_groups.model_hook.attention_backends_of", "swaps",
           "CPU only, gpt-oss only, during handle_model_specific_adjustments: torch_native answered as intel_amx, the "
           "CPU backend its assertion lists", "(cfg)", R23),
@@ -535,6 +536,30 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.arg_groups.overrides.is_triton_kernels_available", "hook:around",
           "CPU only: false, so gpt-oss's MoE runner stays auto (moe_forward_native on CPU, through the TopK capture "
           "site) instead of triton_kernel, whose Triton kernels have no CPU target", "()", R15),
+    # -- CPU runtime, DSA models served dense within index_topk (patches/cpu/dsa.py) ---------------------------
+    Touch("sglang.srt.arg_groups.model_hook.run_post_process_pass", "swaps",
+          "CPU only, DSA models only, during handle_model_specific_adjustments: _dsa_kv_cache_dtype_default and "
+          "_dsa_split_backend_resolution (a CUDA DSA kernel backend, an fp8 KV cache) skipped; every other pass runs",
+          "(server_args, fn)", R23),
+    Touch("sglang.srt.arg_groups.overrides._dsa_kv_cache_dtype_default", "reads",
+          "its name: the pass skipped on the CPU runtime", "(view)", R23),
+    Touch("sglang.srt.arg_groups.overrides._dsa_split_backend_resolution", "reads",
+          "its name: the pass skipped on the CPU runtime", "(view)", R23),
+    Touch("sglang.srt.layers.attention.dsa.dsa_indexer.Indexer.forward_native", "hook:around",
+          "CPU only: no top-k indices (None) when the attention backend has no indexer metadata, as forward_cuda "
+          "returns; the layer attends to every key (exact while sequences fit in index_topk, which start-up "
+          "enforces on the CPU runtime)", "(self, *args, **kwargs)", R23),
+    Touch("sglang.srt.model_executor.forward_context.get_attn_backend", "uses",
+          "CPU only, inside the indexer's forward: the attention backend whose get_indexer_metadata says whether it "
+          "runs an indexer", "()", R23),
+    Touch("sglang.srt.layers.attention.base_attn_backend.AttentionBackend", "reads",
+          "CPU only: get_indexer_metadata, None for a backend that runs no DSA indexer (torch_native)", releases=R23,
+          attrs=("get_indexer_metadata",)),
+    Touch("sglang.srt.configs.model_config.is_deepseek_dsa", "reads",
+          "whether a model's attention is DSA (the CPU runtime's DSA start-up and context-length check)",
+          "(config)"),
+    Touch("sglang.srt.configs.model_config.get_dsa_index_topk", "uses",
+          "a DSA model's index_topk (the CPU runtime's context-length check)", "(config)", R23),
     Touch("sgl_kernel", "op", "torch versions of the *_cpu ops sgl-kernel's CPU paths call: speculative "
           "(cpu/spec_ops.py) and gated delta-net (cpu/gdn.py)"),
 )

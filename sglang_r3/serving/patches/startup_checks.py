@@ -163,7 +163,7 @@ def _refusals(cfg: Any, names: _FlagNames, *, resolved: bool, raw: Any = None) -
     """Every refusal for ``cfg``: the raw record, or the resolved view (then ``raw`` is the record)."""
     out: List[Refusal] = []
     for rule in (_parallelism, _moe_routing_layout, _kv_restore, _disaggregation, _speculative, _serving,
-                 _checkpoint):
+                 _checkpoint, _dsa_on_cpu):
         for hit in rule(cfg, names, resolved=resolved):
             if hit.field.isupper():  # an environment variable, not a ServerArgs field
                 flag = f"{hit.field}={hit.value} (environment variable)"
@@ -425,6 +425,31 @@ def _multi_layer_eagle(cfg) -> Rule:
                 "set SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH=1 (or --disable-cuda-graph)",
                 also=" with CUDA graphs on",
             )
+
+
+def _dsa_on_cpu(cfg, names, *, resolved) -> Rule:
+    """The CPU runtime attends a DSA model's queries to every key (patches/cpu/dsa.py): DSA's own result only while
+    no sequence is longer than index_topk, so a longer context is refused there. (Resolved pass: the context length
+    is SGLang's, from --context-length or the config.)"""
+    if not resolved or cfg.device != "cpu":
+        return
+    try:
+        from sglang.srt.configs.model_config import get_dsa_index_topk, is_deepseek_dsa
+
+        from sglang_r3.serving.patches.release import model_config_of
+
+        model = model_config_of(cfg)
+        if not is_deepseek_dsa(model.hf_config):
+            return
+        topk = get_dsa_index_topk(model.hf_config)
+    except Exception:  # noqa: BLE001 -- a config that does not load: SGLang's own start-up says why
+        return
+    if model.context_len > topk:
+        yield _Hit("context_length", model.context_len, (
+            f"on the CPU runtime a DSA model's attention runs over every key, which is what its indexer selects only "
+            f"while a sequence has at most index_topk={topk} tokens; pass --context-length {topk} or less (a GPU "
+            f"serves it with SGLang's DSA kernels)"
+        ))
 
 
 def _arg(cfg, name: str, absent: Any) -> Any:

@@ -24,6 +24,8 @@
    rule) and Qwen3.5's fused q/k norm, output gate and projection split, for Qwen3-Next and Qwen3.5.
 9. minimax_m2: MiniMax-M2's whole-width q/k RMS norm in torch (its two Triton kernels assert CUDA tensors).
 10. gpt_oss: gpt-oss's attention sinks in torch_native, and its start-up backend assertion told so.
+11. dsa: GLM-5 / DeepSeek-V3.2 served with MLA over every key (exact while sequences fit in index_topk): the
+   CUDA-only DSA start-up passes skipped, the indexer not run where the backend has no indexer metadata.
 Everything is skipped when CUDA is available; installing twice is a no-op.
 """
 
@@ -54,7 +56,7 @@ def install_cpu_patches() -> None:
     from sglang_r3.serving.patches.hooks import register
     from sglang_r3.serving.patches.cpu.cuda_shims import install_cuda_shims, install_host_alloc_shim
     from sglang_r3.serving.patches.cpu.spec_ops import register_spec_ops
-    from sglang_r3.serving.patches.cpu import cuda_shims, expert_parallel, gpt_oss, llama4, minimax_m2, ranks
+    from sglang_r3.serving.patches.cpu import cuda_shims, dsa, expert_parallel, gpt_oss, llama4, minimax_m2, ranks
 
     install_cuda_shims()
     install_host_alloc_shim()
@@ -68,7 +70,7 @@ def install_cpu_patches() -> None:
     if is_0_5_15():  # 0.5.15 sends no speculative kernel to the CPU (cpu/eagle_0_5_15.py)
         from sglang_r3.serving.patches.cpu import eagle_0_5_15 as eagle
     around = (HOOKS + ranks.hooks() + llama4.HOOKS + expert_parallel.HOOKS + cuda_shims.hooks() + gdn.hooks()
-              + minimax_m2.HOOKS + gpt_oss.hooks())
+              + minimax_m2.HOOKS + gpt_oss.hooks() + dsa.hooks())
     for target, hook in around + (eagle.hooks() if eagle else []):
         register(target, hook, HookType.AROUND)  # binds or names the target (patches/hooks.py)
     ranks.add_seq_len_fill_value()
