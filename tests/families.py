@@ -134,6 +134,18 @@ _QWEN3_VL_MOE = Family(
 # rotary_dim. transformers 5.12 (SGLang 0.5.15's pin) ignores rotary_dim: without partial_rotary_factor its oracle
 # rotates the whole head (served by 0.5.15, 39 of 159 sampled pairs differed from it; SGLang reads rotary_dim on both
 # releases).
+# DSA models (GLM-5, DeepSeek-V3.2): MLA (q/kv LoRA, YaRN) and MoE with a DSA indexer whose index_topk (2048, as
+# published) is longer than every test sequence: its sparse attention attends to every key, as the CPU runtime serves
+# it (sglang_r3/serving/patches/cpu/dsa.py); index_head_dim 128, as published and as SGLang's DSA KV pool asserts; one
+# NextN layer; moe_layer_freq, topk_method and scoring_func as the published config.json carries them.
+_DSA = dict(_TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+            n_routed_experts=8, num_experts_per_tok=2, first_k_dense_replace=1, n_shared_experts=1,
+            routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16,
+            qk_rope_head_dim=16, v_head_dim=16, index_topk=2048, index_head_dim=128, index_n_heads=4,
+            num_nextn_predict_layers=1, moe_layer_freq=1, topk_method="noaux_tc", scoring_func="sigmoid",
+            rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+                          "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0})
+
 _MINIMAX_M2 = Family(
     "minimax_m2", "MiniMaxM2Config", "MiniMaxM2ForCausalLM",
     dict(_TINY, head_dim=16, intermediate_size=32, num_hidden_layers=3, num_local_experts=8, num_experts_per_tok=2,
@@ -206,35 +218,12 @@ FAMILIES: Dict[str, Family] = {
         router_std=0.4,
         not_served="q_lora_rank=None",
     ),
-    # GLM-5: GLM-4.7-Flash's MLA + MoE with a DSA indexer (index_topk 2048, longer than every test sequence: its
-    # sparse attention attends to every token, as the CPU runtime serves it: sglang_r3/serving/patches/cpu/dsa.py;
-    # index_head_dim 128, as published and as SGLang's DSA KV pool asserts), one NextN layer, served with MTP on.
-    "glm_moe_dsa": Family(
-        "glm_moe_dsa", "GlmMoeDsaConfig", "GlmMoeDsaForCausalLM",
-        dict(_TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
-             n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
-             n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=32, kv_lora_rank=32,
-             qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, index_topk=2048, index_head_dim=128,
-             index_n_heads=4, num_nextn_predict_layers=1, moe_layer_freq=1, topk_method="noaux_tc",
-             scoring_func="sigmoid",
-             rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
-                           "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
-        router_std=0.4,
-        mtp_layers=1,
-    ),
-    # DeepSeek-V3.2: DeepSeek-V3 (grouped top-k over 4 groups) with the DSA indexer, served as GLM-5 is, MTP on.
-    "deepseek_v32": Family(
-        "deepseek_v32", "DeepseekV32Config", "DeepseekV32ForCausalLM",
-        dict(_TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
-             n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, first_k_dense_replace=1,
-             n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=32, kv_lora_rank=32,
-             qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, index_topk=2048, index_head_dim=128,
-             index_n_heads=4, num_nextn_predict_layers=1, moe_layer_freq=1, topk_method="noaux_tc",
-             scoring_func="sigmoid",
-             rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
-                           "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
-        mtp_layers=1,
-    ),
+    # GLM-5: GLM-4.7-Flash's MLA + MoE (one expert group) with the DSA indexer, served with MTP on.
+    "glm_moe_dsa": Family("glm_moe_dsa", "GlmMoeDsaConfig", "GlmMoeDsaForCausalLM",
+                          dict(_DSA, n_group=1, topk_group=1), router_std=0.4, mtp_layers=1),
+    # DeepSeek-V3.2: DeepSeek-V3 (grouped top-k over 4 groups) with the DSA indexer, served with MTP on.
+    "deepseek_v32": Family("deepseek_v32", "DeepseekV32Config", "DeepseekV32ForCausalLM",
+                           dict(_DSA, n_group=4, topk_group=2), mtp_layers=1),
     "minimax_m2": _MINIMAX_M2,
     # The same with use_routing_bias false (transformers' class still saves and adds its bias): refused at start-up by
     # the layout rule. Served, 56 of 159 greedy (token, layer) pairs differed: SGLang builds no bias and drops it.
