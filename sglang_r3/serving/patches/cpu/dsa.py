@@ -17,7 +17,8 @@ exactly that way, and start-up refuses a context longer than ``index_topk`` ther
   Its CPU forward (``forward_native``) raises instead; here it returns None in that same case and nothing
   else -- torch_native has no indexer metadata, so on the CPU runtime the indexer never runs.
 
-Served and compared with transformers' router top-k in tests/test_families.py (``glm_moe_dsa``).
+Served and compared with transformers' router top-k in tests/test_families.py (``glm_moe_dsa``, ``deepseek_v32``,
+MTP speculation on).
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def _without_dsa_passes(run_post_process_pass):
 
 
 def _no_device_capability(device=None):
+    # The DSA branch unpacks the capability and, with its two passes skipped, reads it no further: any pair will
+    # do, and no CUDA driver is asked (there is none on the CPU runtime).
     return (0, 0)
 
 
