@@ -97,13 +97,9 @@ def _no_triton_kernels(original):
 
 
 def _architecture(server_args) -> Optional[str]:
-    from sglang_r3.serving.patches.release import is_0_5_15
+    from sglang_r3.serving.patches.release import model_config_of
 
     try:
-        if is_0_5_15():
-            return server_args.get_model_config().hf_config.architectures[0]
-        from sglang.srt.arg_groups.model_override_base import model_config_of
-
         return model_config_of(server_args).hf_config.architectures[0]
     except Exception:  # no readable config: SGLang's own call reports it
         return None
