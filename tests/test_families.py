@@ -38,7 +38,8 @@ GLM-5 (``GlmMoeDsaForCausalLM``) and DeepSeek-V3.2 (``DeepseekV32ForCausalLM``):
 layer, served with MTP speculation on. The CPU runtime attends to every key (sglang_r3/serving/patches/cpu/dsa.py),
 DSA's own result while a sequence fits in ``index_topk`` (2048 here, as published; start-up refuses a longer context
 there): transformers' indexer then keeps every key too. With ``index_topk`` 8 in transformers, 48 of 120 (token,
-layer) pairs of a 60-token prompt moved, from token 8 on: the indexer decides there, and the oracle sees it.
+layer) pairs of a 60-token prompt moved, from token 8 on: the indexer decides there, and the oracle sees it
+(``test_the_dsa_oracle_sees_the_indexer_once_a_sequence_passes_index_topk``).
 Qwen2-MoE (Qwen1.5-MoE: softmax top-k, no renormalisation, a gated shared expert): the shared expert's gate runs in
 torch on CPU (cpu/gdn.py's hook, both releases).
 gpt-oss (softmax over the top-k router logits with a router bias, clamped SwiGLU experts with biases, attention
@@ -260,6 +261,27 @@ def _start_up_refusal(path) -> str:
     finally:
         server.stop()
     return str(info.value)
+
+
+@pytest.mark.fast  # transformers only
+@pytest.mark.parametrize("name", ["glm_moe_dsa", "deepseek_v32"])
+def test_the_dsa_oracle_sees_the_indexer_once_a_sequence_passes_index_topk(name):
+    # The DSA families' rows are compared at index_topk 2048 (as published), where the indexer keeps every key. That
+    # comparison is only worth something if transformers' routing depends on the indexer where it does select: at
+    # index_topk 8 the rows of the first 8 tokens (every key kept) stay, and later ones move.
+    ids = list(np.random.RandomState(0).randint(0, 256, size=60))  # byte tokens of the test tokenizer
+    rows = {}
+    for k in (2048, 8):
+        model = load_transformers(build(FAMILIES[name]))
+        for module in model.modules():
+            if hasattr(module, "index_topk"):
+                module.index_topk = k
+        trace = RouterTrace(model)
+        rows[k] = trace.topk(ids)
+        trace.close()
+    moved = (rows[2048] != rows[8]).any(-1)  # [token, MoE layer]
+    assert not moved[:8].any()
+    assert moved[8:].sum() >= 10, moved.sum()
 
 
 @pytest.mark.sglang  # the launcher refuses before SGLang serves
