@@ -36,6 +36,12 @@ GLM_VISION_IDS = dict(image_start_token_id=260, image_end_token_id=261, image_to
                       video_end_token_id=264, video_token_id=265)
 
 
+# Kimi-K2.5's media tokens (its tokenizer's names), likewise; image_token_id is the published
+# media_placeholder_token_id, the others are the keys transformers' Kimi_K25Config names them by.
+KIMI_MEDIA_TOKENS = ("<|media_begin|>", "<|media_content|>", "<|media_end|>", "<|media_pad|>",
+                     "<|kimi_k25_video_placeholder|>")
+KIMI_MEDIA_IDS = dict(vision_start_token_id=260, media_content=261, vision_end_token_id=262, image_token_id=263,
+                      video_token_id=264)
 
 @dataclass(frozen=True)
 class Family:
@@ -78,7 +84,8 @@ class Family:
     # Multimodal wrappers: the text model's keyword dict (``config`` above) -> the wrapper config's keywords.
     wrap: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None
     # Tensors rewritten as the published checkpoint stores them, after transformers' save (checkpoint folder -> None):
-    # Qwen3-VL-MoE's fused experts, transposed as transformers' own conversion mapping reads the Hub files.
+    # Qwen3-VL-MoE's fused experts, transposed as transformers' own conversion mapping reads the Hub files; Kimi-K2.5's
+    # tensor names and config.json, where transformers' save spells them otherwise.
     hub_tensors: Optional[Callable[[Path], None]] = None
     # Keys the published config.json carries that transformers' class takes but does not save (Qwen3-Next / Qwen3.5:
     # full_attention_interval, from which it derives layer_types; SGLang builds the layers from it): written into the
@@ -146,6 +153,14 @@ _DSA = dict(_TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediat
             rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
                           "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0})
 
+_DEEPSEEK_V3_TEXT = dict(
+    _TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+    n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, first_k_dense_replace=1, n_shared_experts=1,
+    routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16,
+    qk_rope_head_dim=16, v_head_dim=16, num_nextn_predict_layers=1, moe_layer_freq=1, topk_method="noaux_tc",
+    scoring_func="sigmoid", rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+                                          "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0})
+
 _MINIMAX_M2 = Family(
     "minimax_m2", "MiniMaxM2Config", "MiniMaxM2ForCausalLM",
     dict(_TINY, head_dim=16, intermediate_size=32, num_hidden_layers=3, num_local_experts=8, num_experts_per_tok=2,
@@ -178,17 +193,7 @@ FAMILIES: Dict[str, Family] = {
     # scores with grouped top-k (noaux_tc: 4 groups, best 2), one NextN MTP layer. moe_layer_freq,
     # topk_method and scoring_func are keys of the published config.json that transformers' class
     # does not define (it keeps them) and SGLang's deepseek_v2.py reads.
-    "deepseek_v3": Family(
-        "deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM",
-        dict(_TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
-             n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, first_k_dense_replace=1,
-             n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=32, kv_lora_rank=32,
-             qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, num_nextn_predict_layers=1,
-             moe_layer_freq=1, topk_method="noaux_tc", scoring_func="sigmoid",
-             rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
-                           "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
-        mtp_layers=1,
-    ),
+    "deepseek_v3": Family("deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM", _DEEPSEEK_V3_TEXT, mtp_layers=1),
     # GLM-4.7-Flash: MLA (YaRN, as the CPU runtime needs), layer 0 dense (first_k_dense_replace, a published key
     # transformers' Glm4MoeLiteConfig keeps; its mlp_layer_types default agrees), sigmoid top-k with a correction
     # bias, one NextN MTP layer.
@@ -297,6 +302,25 @@ FAMILIES: Dict[str, Family] = {
         extra_files=lambda folder: _glm4v_processors(folder),
         router_std=0.4,  # sigmoid scores off saturation, as GLM-4.5's
     ),
+    # Kimi-K2.5 as the Hub ships it (moonshotai/Kimi-K2.5): DeepSeek-V3's text model (MLA, YaRN, sigmoid top-k with a
+    # selection bias, one group as published, layer 0 dense, no MTP layers) under KimiK25ForConditionalGeneration
+    # with a one-block MoonViT tower; text prompts. Built and saved by transformers' Kimi_K25ForConditionalGeneration,
+    # then renamed and configured as published (_kimi_k25_as_published); served with --trust-remote-code, as the
+    # release needs for its processor (here a stand-in: tests/checkpoints/kimi_k25_processor.py).
+    "kimi_k25": Family(
+        "kimi_k25", "Kimi_K25Config", "Kimi_K25ForConditionalGeneration",
+        dict(_DEEPSEEK_V3_TEXT, n_group=1, topk_group=1, num_nextn_predict_layers=0),
+        wrap=lambda text: dict(
+            text_config=text, tie_word_embeddings=False, projection_hidden_size=32,
+            **{k: v for k, v in KIMI_MEDIA_IDS.items() if k != "media_content"},
+            vision_config=dict(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                               patch_size=14, pos_emb_height=8, pos_emb_width=8, pos_emb_time=4)),
+        layers_of=lambda m: list(m.model.language_model.layers),
+        experts_topk=lambda c: (c.text_config.n_routed_experts, c.text_config.num_experts_per_tok),
+        extra_files=lambda folder: _kimi_k25_processor(folder),
+        hub_tensors=lambda folder: _kimi_k25_as_published(folder),
+        router_std=0.4,  # sigmoid scores off saturation, as GLM-4.5's (one group: no group choice spreads them)
+    ),
     # gpt-oss: every layer MoE (softmax over the top-k logits, router bias), clamped SwiGLU experts with biases;
     # attention sinks, layers alternating sliding window (8 tokens, shorter than every test sequence) / full.
     # The CPU runtime adds the sinks to torch_native (sglang_r3/serving/patches/cpu/gpt_oss.py).
@@ -395,6 +419,60 @@ def _glm4v_processors(folder: Path) -> None:
     transformers.Glm4vImageProcessor(patch_size=14, merge_size=2, temporal_patch_size=2).save_pretrained(str(folder))
     transformers.Glm4vVideoProcessor(patch_size=14, merge_size=2, temporal_patch_size=2).save_pretrained(str(folder))
     _add_vision_tokens(folder, GLM_VISION_TOKENS, GLM_VISION_IDS)
+
+
+# transformers 5.19's save of Kimi_K25ForConditionalGeneration -> the Hub's tensor names (moonshotai/Kimi-K2.5,
+# which transformers' conversion_mapping.py "kimi_k25" reads): its reverse mapping renames every "layers" to
+# "blocks" and leaves two vision prefixes.
+_KIMI_K25_HUB_NAMES = {"language_model.model.blocks.": "language_model.model.layers.",
+                       "model.mm_projector.pre_norm.": "mm_projector.pre_norm.",
+                       "vision_tower.encoder.patch_embed.": "vision_tower.patch_embed."}
+
+
+def _kimi_k25_as_published(folder: Path) -> None:
+    """Tensor names and config.json as moonshotai/Kimi-K2.5 ships them. Its vision_config spells the tower's sizes
+    vt_* and its position grid init_pos_emb_*, and SGLang's projector reads them; SGLang's MoonViT and transformers'
+    vision config read the unprefixed sizes (which default to the release's values), so both are written."""
+    from safetensors.torch import load_file, save_file
+
+    for shard in sorted(folder.glob("*.safetensors")):
+        tensors = load_file(str(shard))
+        renamed = {}
+        for k, v in tensors.items():
+            old = next((o for o in _KIMI_K25_HUB_NAMES if k.startswith(o)), None)
+            renamed[_KIMI_K25_HUB_NAMES[old] + k[len(old):] if old else k] = v
+        save_file(renamed, str(shard), metadata={"format": "pt"})
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    text, vision = cfg["text_config"], cfg["vision_config"]
+    cfg["architectures"] = ["KimiK25ForConditionalGeneration"]
+    cfg["media_placeholder_token_id"] = cfg["image_token_id"]
+    text["architectures"] = ["DeepseekV3ForCausalLM"]
+    vision.update({f"vt_{k}": vision[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                                     "num_hidden_layers")})
+    vision.update({f"init_{k}": vision[k] for k in ("pos_emb_height", "pos_emb_width", "pos_emb_time")})
+    vision.update(mm_hidden_size=vision["hidden_size"], text_hidden_size=text["hidden_size"], merge_type="sd2_tpool",
+                  mm_projector_type="patchmerger", pos_emb_type="divided_fixed", projector_hidden_act="gelu",
+                  projector_ln_eps=1e-5, video_attn_type="spatial_temporal")
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+
+
+def _kimi_k25_processor(folder: Path) -> None:
+    """Kimi-K2.5's processor files: transformers' image and video processor configs, the release's media_proc_cfg
+    and auto_map (to the stand-in for its remote code, copied beside them), its media tokens in the tokenizer."""
+    import transformers
+
+    transformers.Kimi_K25ImageProcessor().save_pretrained(str(folder))
+    transformers.Kimi_K25VideoProcessor().save_pretrained(str(folder))
+    path = folder / "preprocessor_config.json"
+    cfg = json.loads(path.read_text())
+    cfg["auto_map"] = {"AutoProcessor": "kimi_k25_processor.KimiK25Processor"}
+    cfg["media_proc_cfg"] = {"patch_size": 14, "merge_kernel_size": 2, "in_patch_limit": 16384,
+                             "patch_limit_on_one_side": 512, "fixed_output_tokens": None,
+                             "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    shutil.copy(Path(__file__).parent / "checkpoints" / "kimi_k25_processor.py", folder)
+    _add_vision_tokens(folder, KIMI_MEDIA_TOKENS, KIMI_MEDIA_IDS)
 
 
 def _llama4_router_ids(k: int):
@@ -597,11 +675,16 @@ def _transpose_fused_experts(folder: Path) -> None:
         save_file(tensors, str(shard), metadata={"format": "pt"})
 
 
+# The Hub's architecture name -> transformers' class, where they differ.
+TRANSFORMERS_CLASS = {"KimiK25ForConditionalGeneration": "Kimi_K25ForConditionalGeneration"}
+
+
 def load_transformers(path: Path):
     import torch
     import transformers
 
     (arch,) = json.loads((path / "config.json").read_text())["architectures"]
+    arch = TRANSFORMERS_CLASS.get(arch, arch)
     model = getattr(transformers, arch).from_pretrained(str(path), dtype=torch.float32)
     return model.eval()
 
@@ -695,6 +778,7 @@ IMAGE_FAMILIES = {
     "glm4v_moe": ("Look: <|begin_of_image|><|image|><|end_of_image|> What is it?", 112),
     "qwen3_5_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
     "qwen3_vl_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
+    "kimi_k25": ("Look: <|media_begin|><|media_pad|><|media_end|> What is it?", 56),
 }
 
 
@@ -721,6 +805,8 @@ SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": 
                               # GLM-5: the same, its NextN layer drafting through the DSA model's MTP path
                               "glm_moe_dsa": ("glm_moe_dsa", MTP_FLAGS),
                               "deepseek_v32": ("deepseek_v32", MTP_FLAGS),
+                              # Kimi-K2.5: its processor is the checkpoint's own code, as the release's is
+                              "kimi_k25": ("kimi_k25", ["--trust-remote-code"]),
                               # ERNIE-4.5: one server, MTP speculation on (its dense MTP layer drafts)
                               "ernie4_5_moe": ("ernie4_5_moe", MTP_FLAGS),
                               # the hybrid (linear-attention) families: a bounded state pool

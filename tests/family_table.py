@@ -160,6 +160,7 @@ LAYOUT: Dict[str, str] = {
     "Qwen3-VL-MoE (text)": "text model: every layer MoE",
     "GLM-4.5V / 4.6V (text)": "text model as GLM-4.5: first `first_k_dense_replace` dense; no MTP layers (its config "
                               "names none)",
+    "Kimi-K2.5 (text)": "text model as DeepSeek-V3: first `first_k_dense_replace` dense; no MTP layers (as published)",
     "ERNIE-4.5-MoE": "MoE from `moe_layer_start_index` to `moe_layer_end_index`, dense MTP; `moe_layer_interval` ≠ 1 "
                      "refused",
     "Hunyuan-MoE v1": "every layer MoE; one expert refused (SGLang builds dense MLPs)",
@@ -177,13 +178,13 @@ def _link(s: Script) -> str:
 def _proof(arch: str) -> str:
     """How ``arch`` is proven, from the tests that prove it; '' when it has no rule."""
     from sglang_r3.core.families import SUPPORTED_ARCHITECTURES
-    from tests.families import FAMILIES, IMAGE_FAMILIES, MTP_FLAGS, SERVERS
+    from tests.families import FAMILIES, IMAGE_FAMILIES, MTP_FLAGS, SERVERS, TRANSFORMERS_CLASS
 
     if arch not in SUPPORTED_ARCHITECTURES:
         return ""
     parts = []
     for name, fam in FAMILIES.items():
-        if fam.model_class != arch:
+        if fam.model_class != TRANSFORMERS_CLASS.get(arch, arch):
             continue
         if fam.not_served:
             parts.append(f"not served (`{name}`): {NOT_SERVED_WHY[name]}")

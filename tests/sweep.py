@@ -176,6 +176,21 @@ SPECS: Dict[str, tuple] = {
         vision_config=dict(depth=1, hidden_size=64, intermediate_size=64, num_heads=4, out_hidden_size=64,
                            patch_size=14, temporal_patch_size=2, spatial_merge_size=2),
         tie_word_embeddings=False)),
+    # Kimi-K2.5: DeepSeek-V3's text model (one expert group, no MTP layers, as moonshotai/Kimi-K2.5 publishes it) and
+    # its vision_config's published keys (vt_*, init_pos_emb_*), with the unprefixed sizes SGLang's MoonViT reads
+    # (which default to the release's): a one-block tower.
+    "KimiK25ForConditionalGeneration": ("kimi_k25", dict(
+        text_config=dict(_T, model_type="deepseek_v3", architectures=["DeepseekV3ForCausalLM"],
+                         num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+                         n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
+                         n_shared_experts=1, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16,
+                         qk_rope_head_dim=16, v_head_dim=16, num_nextn_predict_layers=0, rope_scaling=_YARN,
+                         **_DEEPSEEK_PUBLISHED),
+        vision_config=dict(vt_hidden_size=32, vt_intermediate_size=64, vt_num_attention_heads=2,
+                           vt_num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                           num_hidden_layers=1, patch_size=14, init_pos_emb_height=8, init_pos_emb_width=8,
+                           init_pos_emb_time=4, merge_kernel_size=[2, 2], mm_hidden_size=32, text_hidden_size=64),
+        media_placeholder_token_id=255, tie_word_embeddings=False)),
     # ERNIE-4.5-MoE: moe_layer_start_index, moe_num_shared_experts and the MTP layer count as
     # baidu/ERNIE-4.5-21B-A3B-PT publishes them.
     "Ernie4_5_MoeForCausalLM": ("ernie4_5_moe", dict(_T, intermediate_size=128, moe_intermediate_size=32,
@@ -295,6 +310,9 @@ def config_object(arch: str, model_type: str, values: Dict[str, Any]):
     cls = common._CONFIG_REGISTRY.get(model_type) or transformers.CONFIG_MAPPING[model_type]
     cfg = cls(**copy.deepcopy(values))
     cfg.architectures = [arch]
+    # ModelConfig (configs/model_config.py) sets these on every config it loads (defaults: both off); Kimi-K2.5's
+    # model reads them.
+    cfg.encoder_only = cfg.language_only = False
     # get_config (hf_transformers/config.py) copies a wrapper's text-config values its top level lacks onto it:
     # GLM-4.5V's model reads config.vocab_size and the like from the top level.
     text = common.get_hf_text_config(cfg)
@@ -357,7 +375,9 @@ def transformers_moe_layers(arch: str, cfg) -> Optional[List[int]]:
     import torch
     import transformers
 
-    cls = getattr(transformers, arch, None)
+    from tests.families import TRANSFORMERS_CLASS
+
+    cls = getattr(transformers, TRANSFORMERS_CLASS.get(arch, arch), None)
     if cls is None or cfg is None:
         return None
     with torch.device("meta"):

@@ -923,6 +923,10 @@ FAMILIES: Tuple[Family, ...] = (
            {"glm4v_moe_text": _GLM4V_MOE_TEXT}, _glm4_moe, text_model_types={"glm4v_moe": "glm4v_moe_text"}),
     Family("DeepSeek-V3", {"DeepseekV3ForCausalLM": "deepseek_v3"}, {"deepseek_v3": _DEEPSEEK_V3}, _deepseek,
            mtp=MTP_NEXTN),
+    # Kimi-K2.5: kimi_k25.py builds its language model as deepseek_v2.py's DeepseekV3ForCausalLM from text_config
+    # (published: model_type deepseek_v3, no MTP layers).
+    Family("Kimi-K2.5 (text)", {"KimiK25ForConditionalGeneration": "kimi_k25"}, {"deepseek_v3": _DEEPSEEK_V3},
+           _deepseek, text_model_types={"kimi_k25": "deepseek_v3"}),
     Family("DeepSeek-V2", {"DeepseekV2ForCausalLM": "deepseek_v2"}, {"deepseek_v2": _DEEPSEEK_V2}, _deepseek,
            mtp=MTP_NEXTN),
     Family("GLM-4.7-Flash", {"Glm4MoeLiteForCausalLM": "glm4_moe_lite"}, {"glm4_moe_lite": _GLM4_MOE_LITE},

@@ -21,27 +21,38 @@ import httpx
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-# SGLang 0.5.15 derives a gRPC port as port + 10000 for every server and refuses one above 65535, so a server
-# port above this one does not start there (any release accepts the ports below it).
-MAX_SERVER_PORT = 55535
+# Server ports are chosen below the kernel's ephemeral range (where every outgoing connection takes its local
+# port, so a port found free there can be taken before the server binds it) and below the range SGLang picks its
+# own NCCL/gloo ports from (``get_free_port_below_ephemeral``: 22000-29999). That also keeps them under 55535:
+# SGLang 0.5.15 derives a gRPC port as port + 10000 and refuses one above 65535.
+_PORT_LOW, _PORT_HIGH = 10000, 21999
+# With DP attention SGLang binds ports derived from the server's port (server_args.PortArgs.init_new, both
+# releases): dist-init at port + 233 (ZMQ_TCP_PORT_DELTA), then 5-6 consecutive ports, plus one per DP rank on its
+# Rust path. They must be free as well, or start-up waits 30 s and stops ("port_base ... is not available").
+_DERIVED = range(233, 233 + 24)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))  # fails if any address holds the port (SGLang's TCP stores bind 0.0.0.0)
+        except OSError:
+            return False
+    return True
 
 
 def free_port() -> int:
-    """A free local port every served SGLang release can serve on."""
-    for _ in range(64):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port <= MAX_SERVER_PORT:
+    """A free local port to serve on, with the ports SGLang derives from it free too."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    high = min(_PORT_HIGH, ephemeral_low - 1) - _DERIVED[-1]
+    for port in random.sample(range(_PORT_LOW, high + 1), min(512, high + 1 - _PORT_LOW)):
+        if _bindable(port) and all(_bindable(port + d) for d in _DERIVED):
             return port
-    for port in random.sample(range(20000, MAX_SERVER_PORT + 1), 256):  # the kernel's range lies above it
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise OSError(f"no free local port at or below {MAX_SERVER_PORT}")
+    raise OSError(f"no free local port in {_PORT_LOW}-{high} with ports +{_DERIVED[0]}..+{_DERIVED[-1]} free")
 
 
 class Gateway:
