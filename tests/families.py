@@ -56,6 +56,10 @@ class Family:
     # between two implementations (a tie broken differently is not a routing difference).
     router_std: float = 1.0
     bias_std: float = 0.1  # the selection bias of routers that have one (e_score_correction_bias)
+    # Factor on the text attention's query and key projections. At transformers' init (std 0.02) a tiny model's
+    # attention scores are near zero and its softmax near uniform: the rows then hardly depend on positions, and a
+    # wrong rotation passes (Moonlight at 1: RoPE's pair layout moved 0 of 120 pairs; at 8: 74).
+    qk_scale: float = 1.0
     # NextN MTP layers appended to the checkpoint as DeepSeek publishes them (model.layers.{L}.*);
     # transformers builds none (it skips those tensors when loading).
     mtp_layers: int = 0
@@ -87,6 +91,10 @@ class Family:
     # Qwen3-VL-MoE's fused experts, transposed as transformers' own conversion mapping reads the Hub files; Kimi-K2.5's
     # tensor names and config.json, where transformers' save spells them otherwise.
     hub_tensors: Optional[Callable[[Path], None]] = None
+    # Token ids a completion must not sample (their logits biased away): ids transformers' class embeds as another id
+    # where no image stands behind them (Kimi-K2.5's media placeholders: Kimi_K25Model embeds them as id 0, SGLang
+    # as themselves), so a text-sampled one is a different forward on each side.
+    not_sampled: tuple = ()
     # Keys the published config.json carries that transformers' class takes but does not save (Qwen3-Next / Qwen3.5:
     # full_attention_interval, from which it derives layer_types; SGLang builds the layers from it): written into the
     # saved config.json (a wrapper's text_config; a dotted key names another section) as the release spells them.
@@ -193,8 +201,18 @@ FAMILIES: Dict[str, Family] = {
     # scores with grouped top-k (noaux_tc: 4 groups, best 2), one NextN MTP layer. moe_layer_freq,
     # topk_method and scoring_func are keys of the published config.json that transformers' class
     # does not define (it keeps them) and SGLang's deepseek_v2.py reads.
-    "deepseek_v3": Family("deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM", _DEEPSEEK_V3_TEXT, mtp_layers=1),
-    # GLM-4.7-Flash: MLA (YaRN, as the CPU runtime needs), layer 0 dense (first_k_dense_replace, a published key
+    "deepseek_v3": Family("deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM", _DEEPSEEK_V3_TEXT, mtp_layers=1,
+                          qk_scale=8.0),
+    # Moonlight-16B-A3B (slime's and verl's scripts) as moonshotai/Moonlight-16B-A3B publishes it: DeepSeek-V3's class
+    # without q LoRA (q_lora_rank null: one q_proj), no RoPE scaling, one expert group, two shared experts, no MTP.
+    "moonlight": Family(
+        "moonlight", "DeepseekV3Config", "DeepseekV3ForCausalLM",
+        {**{k: v for k, v in _DEEPSEEK_V3_TEXT.items() if k != "rope_scaling"}, "q_lora_rank": None, "n_group": 1,
+         "topk_group": 1, "n_shared_experts": 2, "num_nextn_predict_layers": 0, "rope_theta": 50000.0},
+        router_std=0.4,  # sigmoid scores off saturation (one group), as Kimi-K2.5's
+        qk_scale=8.0,  # scores that depend on positions: the rotation cpu/rope.py gives it is seen
+    ),
+    # GLM-4.7-Flash: MLA (YaRN, as published), layer 0 dense (first_k_dense_replace, a published key
     # transformers' Glm4MoeLiteConfig keeps; its mlp_layer_types default agrees), sigmoid top-k with a correction
     # bias, one NextN MTP layer.
     "glm4_moe_lite": Family(
@@ -320,6 +338,8 @@ FAMILIES: Dict[str, Family] = {
         extra_files=lambda folder: _kimi_k25_processor(folder),
         hub_tensors=lambda folder: _kimi_k25_as_published(folder),
         router_std=0.4,  # sigmoid scores off saturation, as GLM-4.5's (one group: no group choice spreads them)
+        qk_scale=8.0,  # scores that depend on positions (see Family.qk_scale)
+        not_sampled=(KIMI_MEDIA_IDS["image_token_id"], KIMI_MEDIA_IDS["video_token_id"]),
     ),
     # gpt-oss: every layer MoE (softmax over the top-k logits, router bias), clamped SwiGLU experts with biases;
     # attention sinks, layers alternating sliding window (8 tokens, shorter than every test sequence) / full.
@@ -490,6 +510,12 @@ def _llama4_router_ids(k: int):
     return ids
 
 
+# What makes a query or a key: per head (q_proj, k_proj) and MLA's (q_b_proj after its LoRA norm; kv_a_proj_with_mqa
+# for the rotated key, kv_b_proj for the rest; q_a_proj's output is normalized, so scaling it would do nothing).
+_QK_PROJECTIONS = ("q_proj.weight", "k_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight",
+                   "kv_b_proj.weight")
+
+
 def build(family: Family, out: Optional[Path] = None) -> Path:
     """The checkpoint folder (built once per family definition, cached like the embedded model)."""
     import torch
@@ -499,6 +525,7 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
         json.dumps([family.name, family.config_class, family.wrap(family.config) if family.wrap else family.config,
                     family.seed, family.router_std,
                     transformers.__version__] + ([family.bias_std] if family.bias_std != 0.1 else [])
+                   + ([family.qk_scale] if family.qk_scale != 1.0 else [])
                    + (["extra_files"] if family.extra_files else [])
                    + (["hub_tensors"] if family.hub_tensors else [])
                    + ([family.published, family.mtp_format] if family.published else []), sort_keys=True).encode()
@@ -525,6 +552,8 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
                 p.normal_(0.0, family.bias_std)
             elif name.endswith(family.bf16_params or ("\0",)):
                 p.copy_(torch.randn_like(p).to(torch.bfloat16).to(p.dtype))
+            elif ".self_attn." in name and name.endswith(_QK_PROJECTIONS):
+                p.mul_(family.qk_scale)
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):  # sigmoid routers' selection bias (GLM, DeepSeek-V3)
                 b.normal_(0.0, family.bias_std)

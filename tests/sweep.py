@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional
 
 from tests import step3p5
 
-# MLA's rotary embedding on the CPU runtime needs a scaling (YaRN as DeepSeek-V3 publishes it).
+# MLA's rotary embedding: YaRN as DeepSeek-V3 publishes it.
 _YARN = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128, "beta_fast": 32, "beta_slow": 1,
          "mscale": 1.0, "mscale_all_dim": 1.0}
 # Keys of DeepSeek-V3's published config.json that transformers' class does not define (it keeps them) and

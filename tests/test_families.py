@@ -34,15 +34,20 @@ are transformers' router top-k over the pixels the checkpoint's own processor ma
 GLM-4.5V / 4.6V (``Glm4vMoeForConditionalGeneration``, one-block vision tower and processor configs, text prompts and
 with an image): GLM-4.5's text model (SGLang builds it with glm4_moe.py's Glm4MoeModel) under partial M-RoPE with
 attention bias.
+Moonlight-16B-A3B (``DeepseekV3ForCausalLM`` as published: no q LoRA, no RoPE scaling, one expert group, two shared
+experts): SGLang's CPU path asserts a YaRN scaling for MLA's rotary embedding; the CPU runtime gives it the plain one
+SGLang builds on other devices (sglang_r3/serving/patches/cpu/rope.py). Its query and key projections are scaled 8x
+(``qk_scale``): at transformers' init a tiny model's attention is near uniform and its rows hardly depend on
+positions (RoPE's pair layout moved 0 of 120 pairs at 1x, 74 at 8x); DeepSeek-V3 and Kimi-K2.5 are built so too.
 Kimi-K2.5 (``KimiK25ForConditionalGeneration``, one-block MoonViT tower, text prompts and with an image): DeepSeek-V3's
 text model (one expert group, as published, no MTP layers), saved by transformers' ``Kimi_K25ForConditionalGeneration``
 and rewritten as the Hub ships it (tensor names, config keys; transformers reads every tensor back:
 ``test_the_kimi_k25_checkpoint_is_in_the_hubs_layout_and_transformers_reads_all_of_it``). SGLang builds its processor
 from the release's remote code, which a host without the Hub cannot fetch: the checkpoint carries a stand-in
 (tests/checkpoints/kimi_k25_processor.py: the remote processor's API over transformers' image processor, so SGLang
-serves the pixels transformers' processor makes), served with ``--trust-remote-code`` as the release is. With router weights of std 1.0 (sigmoid scores saturated: 23%
-of them above 0.99999 in fp32), 3 of 106 greedy pairs differed (ties among saturated experts); at 0.4, as GLM-4.5's,
-none do.
+serves the pixels transformers' processor makes), served with ``--trust-remote-code`` as the release is. Completions do not sample its media placeholders: transformers'
+``Kimi_K25Model`` embeds those ids as id 0 whether or not an image stands behind them, SGLang as themselves, so a
+text-sampled one routes otherwise on each side (seen: 1-2 pairs at exactly those tokens in some sampled runs).
 GLM-5 (``GlmMoeDsaForCausalLM``) and DeepSeek-V3.2 (``DeepseekV32ForCausalLM``): MLA with the DSA indexer, one NextN
 layer, served with MTP speculation on. The CPU runtime attends to every key (sglang_r3/serving/patches/cpu/dsa.py),
 DSA's own result while a sequence fits in ``index_topk`` (2048 here, as published; start-up refuses a longer context
@@ -172,12 +177,19 @@ def test_captured_rows_are_transformers_router_topk(served, oracles, mode):
         _check_rows(name, served.urls[name], oracles, mode)
 
 
+def _sampling(name, mode) -> dict:
+    params = {**SAMPLING[mode], "max_new_tokens": NEW_TOKENS}
+    if FAMILIES[name].not_sampled:
+        params["logit_bias"] = {str(t): -1e4 for t in FAMILIES[name].not_sampled}
+    return params
+
+
 def _check_rows(name, url, oracles, mode):
     trace = oracles(name)
     prompts = [list(p.encode()) for p in PROMPTS]
     outs = generate(
         url, input_ids=prompts, return_routing=True, return_routed_experts=True,
-        sampling_params={**SAMPLING[mode], "max_new_tokens": NEW_TOKENS},
+        sampling_params=_sampling(name, mode),
     )
     pairs = 0
     for prompt, out in zip(prompts, outs):
@@ -219,7 +231,7 @@ def test_image_prompt_rows_are_transformers_router_topk(served, oracles, mode):
     prompt = enc["input_ids"][0].tolist()
     assert prompt.count(processor.image_token_id) > 1  # the processor expanded the one placeholder the text holds
     out = generate(served.url, text=text, image_data=url_data, return_routing=True,
-                   return_routed_experts=True, sampling_params={**SAMPLING[mode], "max_new_tokens": NEW_TOKENS})
+                   return_routed_experts=True, sampling_params=_sampling(name, mode))
     assert out["meta_info"]["prompt_tokens"] == len(prompt)
     tokens = prompt + list(out["output_ids"])
     pixels = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids")}

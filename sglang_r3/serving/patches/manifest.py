@@ -560,6 +560,16 @@ MANIFEST: Tuple[Touch, ...] = (
           "(config)"),
     Touch("sglang.srt.configs.model_config.get_dsa_index_topk", "uses",
           "a DSA model's index_topk (the CPU runtime's context-length check)", "(config)", R23),
+    # -- CPU runtime, DeepSeek-style attention without RoPE scaling (patches/cpu/rope.py) -------------------------
+    Touch("sglang.srt.layers.rotary_embedding.factory.get_rope_cpu", "hook:around",
+          "CPU only: without rope_scaling (which it asserts is deepseek_yarn), the plain rotary embedding get_rope "
+          "builds on every other device; scaled configs unchanged",
+          "(head_size, rotary_dim, max_position, base, is_neox_style=True, rope_scaling=None, dtype=None, "
+          "partial_rotary_factor=1.0, device=None)"),
+    Touch("sglang.srt.layers.rotary_embedding.factory.get_rope", "uses",
+          "CPU only, for DeepSeek-style attention without rope_scaling: the plain rotary embedding",
+          "(head_size, rotary_dim, max_position, base, is_neox_style=True, rope_scaling=None, dtype=None, "
+          "partial_rotary_factor=1.0, dual_chunk_attention_config=None)"),
     Touch("sgl_kernel", "op", "torch versions of the *_cpu ops sgl-kernel's CPU paths call: speculative "
           "(cpu/spec_ops.py) and gated delta-net (cpu/gdn.py)"),
 )

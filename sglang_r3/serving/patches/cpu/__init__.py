@@ -26,6 +26,8 @@
 10. gpt_oss: gpt-oss's attention sinks in torch_native, and its start-up backend assertion told so.
 11. dsa: GLM-5 / DeepSeek-V3.2 served with MLA over every key (exact while sequences fit in index_topk): the
    CUDA-only DSA start-up passes skipped, the indexer not run where the backend has no indexer metadata.
+12. rope: DeepSeek-style attention without RoPE scaling (Moonlight) gets SGLang's plain rotary embedding, where
+   its CPU path asserts a deepseek_yarn scaling.
 Everything is skipped when CUDA is available; installing twice is a no-op.
 """
 
@@ -56,7 +58,7 @@ def install_cpu_patches() -> None:
     from sglang_r3.serving.patches.hooks import register
     from sglang_r3.serving.patches.cpu.cuda_shims import install_cuda_shims, install_host_alloc_shim
     from sglang_r3.serving.patches.cpu.spec_ops import register_spec_ops
-    from sglang_r3.serving.patches.cpu import cuda_shims, dsa, expert_parallel, gpt_oss, llama4, minimax_m2, ranks
+    from sglang_r3.serving.patches.cpu import cuda_shims, dsa, expert_parallel, gpt_oss, llama4, minimax_m2, ranks, rope
 
     install_cuda_shims()
     install_host_alloc_shim()
@@ -70,7 +72,7 @@ def install_cpu_patches() -> None:
     if is_0_5_15():  # 0.5.15 sends no speculative kernel to the CPU (cpu/eagle_0_5_15.py)
         from sglang_r3.serving.patches.cpu import eagle_0_5_15 as eagle
     around = (HOOKS + ranks.hooks() + llama4.HOOKS + expert_parallel.HOOKS + cuda_shims.hooks() + gdn.hooks()
-              + minimax_m2.HOOKS + gpt_oss.hooks() + dsa.hooks())
+              + minimax_m2.HOOKS + gpt_oss.hooks() + dsa.hooks() + rope.HOOKS)
     for target, hook in around + (eagle.hooks() if eagle else []):
         register(target, hook, HookType.AROUND)  # binds or names the target (patches/hooks.py)
     ranks.add_seq_len_fill_value()
