@@ -582,9 +582,15 @@ def sweep(only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
 def served_forwards() -> Dict[str, str]:
     """architecture -> its served-forward oracle in tests/test_families.py (a tiny checkpoint saved by transformers'
     class, served on the CPU runtime, rows = transformers' router top-k)."""
-    from tests.families import FAMILIES
+    from tests.families import FAMILIES, TRANSFORMERS_CLASS
 
-    return {f.model_class: f.name for f in FAMILIES.values() if not f.not_served}
+    hub = {cls: arch for arch, cls in TRANSFORMERS_CLASS.items()}
+    out: Dict[str, str] = {}
+    for f in FAMILIES.values():
+        if not f.not_served:
+            arch = hub.get(f.model_class, f.model_class)
+            out[arch] = f"{out[arch]}, {f.name}" if arch in out else f.name
+    return out
 
 
 def markdown(rows: List[Dict[str, Any]]) -> str:
