@@ -201,8 +201,7 @@ FAMILIES: Dict[str, Family] = {
     # scores with grouped top-k (noaux_tc: 4 groups, best 2), one NextN MTP layer. moe_layer_freq,
     # topk_method and scoring_func are keys of the published config.json that transformers' class
     # does not define (it keeps them) and SGLang's deepseek_v2.py reads.
-    "deepseek_v3": Family("deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM", _DEEPSEEK_V3_TEXT, mtp_layers=1,
-                          qk_scale=8.0),
+    "deepseek_v3": Family("deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM", _DEEPSEEK_V3_TEXT, mtp_layers=1),
     # Moonlight-16B-A3B (slime's and verl's scripts) as moonshotai/Moonlight-16B-A3B publishes it: DeepSeek-V3's class
     # without q LoRA (q_lora_rank null: one q_proj), no RoPE scaling, one expert group, two shared experts, no MTP.
     "moonlight": Family(

@@ -38,7 +38,7 @@ Moonlight-16B-A3B (``DeepseekV3ForCausalLM`` as published: no q LoRA, no RoPE sc
 experts): SGLang's CPU path asserts a YaRN scaling for MLA's rotary embedding; the CPU runtime gives it the plain one
 SGLang builds on other devices (sglang_r3/serving/patches/cpu/rope.py). Its query and key projections are scaled 8x
 (``qk_scale``): at transformers' init a tiny model's attention is near uniform and its rows hardly depend on
-positions (RoPE's pair layout moved 0 of 120 pairs at 1x, 74 at 8x); DeepSeek-V3 and Kimi-K2.5 are built so too.
+positions (RoPE's pair layout moved 0 of 120 pairs at 1x, 74 at 8x); Kimi-K2.5 is built so too.
 Kimi-K2.5 (``KimiK25ForConditionalGeneration``, one-block MoonViT tower, text prompts and with an image): DeepSeek-V3's
 text model (one expert group, as published, no MTP layers), saved by transformers' ``Kimi_K25ForConditionalGeneration``
 and rewritten as the Hub ships it (tensor names, config keys; transformers reads every tensor back:
