@@ -49,6 +49,9 @@ def free_port() -> int:
     except (OSError, ValueError, IndexError):
         ephemeral_low = 32768
     high = min(_PORT_HIGH, ephemeral_low - 1) - _DERIVED[-1]
+    if high < _PORT_LOW:
+        raise OSError(f"the kernel's ephemeral ports start at {ephemeral_low} (net.ipv4.ip_local_port_range): no room "
+                      f"below them for a server port in {_PORT_LOW}-{_PORT_HIGH} and the ports SGLang derives from it")
     for port in random.sample(range(_PORT_LOW, high + 1), min(512, high + 1 - _PORT_LOW)):
         if _bindable(port) and all(_bindable(port + d) for d in _DERIVED):
             return port
