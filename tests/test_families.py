@@ -38,7 +38,8 @@ Moonlight-16B-A3B (``DeepseekV3ForCausalLM`` as published: no q LoRA, no RoPE sc
 experts): SGLang's CPU path asserts a YaRN scaling for MLA's rotary embedding; the CPU runtime gives it the plain one
 SGLang builds on other devices (sglang_r3/serving/patches/cpu/rope.py). Its query and key projections are scaled 8x
 (``qk_scale``): at transformers' init a tiny model's attention is near uniform and its rows hardly depend on
-positions (RoPE's pair layout moved 0 of 120 pairs at 1x, 74 at 8x); Kimi-K2.5 is built so too.
+positions (RoPE's pair layout moved 0 of 120 pairs at 1x, 74 at 8x:
+``test_the_moonlight_oracle_sees_ropes_pair_layout``); Kimi-K2.5 is built so too.
 Kimi-K2.5 (``KimiK25ForConditionalGeneration``, one-block MoonViT tower, text prompts and with an image): DeepSeek-V3's
 text model (one expert group, as published, no MTP layers), saved by transformers' ``Kimi_K25ForConditionalGeneration``
 and rewritten as the Hub ships it (tensor names, config keys; transformers reads every tensor back:
@@ -303,6 +304,28 @@ def test_the_dsa_oracle_sees_the_indexer_once_a_sequence_passes_index_topk(name)
     moved = (rows[2048] != rows[8]).any(-1)  # [token, MoE layer]
     assert not moved[:8].any()
     assert moved[8:].sum() >= 10, moved.sum()
+
+
+@pytest.mark.fast  # transformers only
+def test_the_moonlight_oracle_sees_ropes_pair_layout():
+    # Moonlight's served rows prove cpu/rope.py's rotary embedding only if transformers' rows depend on the rotation:
+    # with RoPE's pairs laid out half-split instead of interleaved (rope_interleave, which SGLang reads as
+    # is_neox_style), rows move -- at the checkpoint's qk_scale, not at transformers' init (near-uniform attention).
+    from dataclasses import replace
+
+    ids = list(np.random.RandomState(0).randint(0, 256, size=60))
+    moved = {}
+    for scale in (1.0, FAMILIES["moonlight"].qk_scale):
+        rows = {}
+        for interleave in (True, False):
+            model = load_transformers(build(replace(FAMILIES["moonlight"], qk_scale=scale)))
+            model.config.rope_interleave = interleave
+            trace = RouterTrace(model)
+            rows[interleave] = trace.topk(ids)
+            trace.close()
+        moved[scale] = int((rows[True] != rows[False]).any(-1).sum())
+    assert moved[1.0] <= 2, moved  # the blind spot qk_scale exists for
+    assert moved[FAMILIES["moonlight"].qk_scale] >= 30, moved
 
 
 @pytest.mark.fast  # transformers only
