@@ -527,7 +527,8 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
                    + ([family.qk_scale] if family.qk_scale != 1.0 else [])
                    + (["extra_files"] if family.extra_files else [])
                    + (["hub_tensors"] if family.hub_tensors else [])
-                   + ([family.published, family.mtp_format] if family.published else []), sort_keys=True).encode()
+                   + ([family.published, family.mtp_format] if family.published else [])
+                   + (["qwen mtp drafts close"] if family.mtp_format == "qwen" else []), sort_keys=True).encode()
     ).hexdigest()[:12]
     out = out or cache_root() / "families" / f"{family.name}-{key}"
     if (out / "config.json").is_file():
@@ -627,8 +628,16 @@ def _append_qwen_mtp(folder: Path, family: Family, special: Dict[str, Any]) -> N
                     tensors[prefix + key.replace("down_proj", f"{e}.down_proj.weight")] = value[e].clone()
             else:
                 tensors[prefix + key] = value.clone()
+    # The draft guesses close to the main model, so that some drafts are accepted and a verify commits states past
+    # its first step: fc passes the embedding of token t+1 on and the layer adds little (its output projections
+    # scaled down), so the draft says what the head makes of token t+1 -- near what this tiny main model, whose
+    # prediction leans on the current token, predicts there (passing the hidden state on instead: none accepted).
+    for key in [k for k in tensors if k.startswith("mtp.layers.") and k.endswith(("o_proj.weight", "down_proj.weight"))]:
+        tensors[key] = tensors[key] * 0.1
     gen = torch.Generator().manual_seed(family.seed + 2)
-    tensors["mtp.fc.weight"] = torch.randn(H, 2 * H, generator=gen) * (2 * H) ** -0.5
+    fc = torch.randn(H, 2 * H, generator=gen) * 0.01
+    fc[:, :H] += torch.eye(H)  # [embedding; hidden]: SGLang's qwen3_next_mtp.py concatenates in that order
+    tensors["mtp.fc.weight"] = fc
     for norm in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"):
         tensors[norm] = torch.zeros(H)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(shard), metadata={"format": "pt"})
@@ -837,8 +846,10 @@ SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": 
                               "kimi_k25": ("kimi_k25", ["--trust-remote-code"]),
                               # ERNIE-4.5: one server, MTP speculation on (its dense MTP layer drafts)
                               "ernie4_5_moe": ("ernie4_5_moe", MTP_FLAGS),
-                              # the hybrid (linear-attention) families: a bounded state pool
-                              **{n: (n, HYBRID_FLAGS) for n in ("qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe")}}
+                              # the hybrid (linear-attention) families: a bounded state pool, and MTP speculation
+                              # on (their MTP layer drafting): main rows against transformers, as GLM-4.7-Flash's
+                              **{n: (n, HYBRID_FLAGS + MTP_FLAGS)
+                                 for n in ("qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe")}}
 # Servers that run together (a test compares them); one group at a time: an idle CPU server holds
 # ~2-3 GB of host memory, and the suite's own servers run alongside.
 GROUPS: Dict[str, List[str]] = {n: [n] for n in SERVED if n != "qwen3_5_moe_text"}

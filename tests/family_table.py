@@ -125,13 +125,6 @@ NOT_SERVED_WHY: Dict[str, str] = {
                                       "(a size mismatch); the Hub layout is served",
 }
 
-# Families with MTP whose served forward runs with speculation off only: architecture -> why.
-SPEC_OFF_ONLY: Dict[str, str] = {
-    a: "MTP speculation does not run on the CPU runtime (the verify's `causal_conv1d_update` takes keywords "
-       "sgl-kernel's CPU wrapper does not)"
-    for a in ("Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")
-}
-
 # Layout, and the variants refused at start-up, per registry family (what the rule reads).
 LAYOUT: Dict[str, str] = {
     "GLM-4.5 / 4.7": "first `first_k_dense_replace` dense, NextN MTP",
@@ -199,8 +192,6 @@ def _proof(arch: str) -> str:
     if not any(p.startswith("served forward") for p in parts):
         parts.insert(0, "**sweep only** (module trees, no served forward)")
     else:
-        if arch in SPEC_OFF_ONLY:
-            parts.append(f"speculation off only: {SPEC_OFF_ONLY[arch]}")
         parts.append("sweep")
     return "; ".join(parts)
 

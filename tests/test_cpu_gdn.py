@@ -176,6 +176,57 @@ def test_decode_convolution_is_transformers_causal_conv1d_update():
         torch.testing.assert_close(states[slots.long()], windows)
 
 
+def test_verify_convolution_is_transformers_token_by_token_and_keeps_each_steps_window():
+    # A target verify of 4 drafted tokens for two requests (gdn_backend's TARGET_VERIFY branch): each step's output is
+    # transformers' causal_conv1d_update run token by token from the slot's window, the window after step i sits at
+    # [row, i], and the slot has advanced over every draft (as SGLang's Triton kernel leaves it).
+    m = _modeling()
+    dim, width, draft = 12, 4, 4
+    gen = torch.Generator().manual_seed(5)
+    weight, bias = torch.randn(dim, width, generator=gen), torch.randn(dim, generator=gen)
+    states = torch.randn(5, dim, width - 1, generator=gen)
+    before = states.clone()
+    slots, rows = torch.tensor([3, 1], dtype=torch.int32), torch.tensor([0, 1], dtype=torch.int32)
+    windows = torch.zeros(3, draft, dim, width - 1)  # SGLang's dense layout on CPU: [rows + 1, draft, dim, K - 1]
+    x = torch.randn(2, dim, draft, generator=gen)
+    out = gdn.causal_conv1d_verify_update(x, states, weight, bias, True, slots, windows, rows)
+    for b, slot in enumerate(slots.tolist()):
+        window = before[slot][None].clone()
+        for i in range(draft):
+            want = m.causal_conv1d_update(x[b:b + 1, :, i:i + 1], window, weight, bias, activation="silu")
+            torch.testing.assert_close(out[b, :, i], want[0, :, 0], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(windows[rows[b], i], window[0])
+        torch.testing.assert_close(states[slot], window[0])
+    torch.testing.assert_close(states[[0, 2, 4]], before[[0, 2, 4]], atol=0, rtol=0)
+
+
+def test_the_commit_after_a_verify_takes_each_requests_last_accepted_step():
+    # update_mamba_state_after_mtp_verify's scatter: per request, the recurrent state and conv window of its last
+    # accepted step into its slot (a step of -1: untouched), and into its track slot where tracked; the verify's
+    # rows are the requests' batch positions, or the given ones (SGLang's src_indices_raw).
+    from types import SimpleNamespace
+
+    gen = torch.Generator().manual_seed(6)
+    caches = SimpleNamespace(temporal=torch.randn(2, 6, 4, 8, 16, generator=gen),
+                             intermediate_ssm=torch.randn(2, 4, 4, 4, 8, 16, generator=gen),
+                             conv=[torch.randn(2, 6, 12, 3, generator=gen)],
+                             intermediate_conv_window=[torch.randn(2, 4, 4, 12, 3, generator=gen)])
+    before = SimpleNamespace(temporal=caches.temporal.clone(), conv=caches.conv[0].clone())
+    slots, steps = torch.tensor([5, 2, 0], dtype=torch.int32), torch.tensor([2, 0, -1], dtype=torch.int32)
+    track, track_steps = torch.tensor([4, 1, 3], dtype=torch.int32), torch.tensor([1, -1, -1], dtype=torch.int32)
+    gdn.scatter_mamba_states_after_mtp_verify_cpu(caches, slots, steps, track, track_steps)
+    for dst, src, old in ((caches.temporal, caches.intermediate_ssm, before.temporal),
+                          (caches.conv[0], caches.intermediate_conv_window[0], before.conv)):
+        torch.testing.assert_close(dst[:, 5], src[:, 0, 2], atol=0, rtol=0)
+        torch.testing.assert_close(dst[:, 2], src[:, 1, 0], atol=0, rtol=0)
+        torch.testing.assert_close(dst[:, 4], src[:, 0, 1], atol=0, rtol=0)
+        torch.testing.assert_close(dst[:, [0, 1, 3]], old[:, [0, 1, 3]], atol=0, rtol=0)
+    gdn.scatter_mamba_states_after_mtp_verify_cpu(caches, slots[:1], steps[:1], None, None,
+                                                  src_indices_raw=torch.tensor([3], dtype=torch.int32))
+    torch.testing.assert_close(caches.temporal[:, 5], caches.intermediate_ssm[:, 3, 2], atol=0, rtol=0)
+    torch.testing.assert_close(caches.conv[0][:, 5], caches.intermediate_conv_window[0][:, 3, 2], atol=0, rtol=0)
+
+
 def test_gated_rmsnorm_is_transformers():
     m = _modeling()
     norm = m.Qwen3NextRMSNormGated(8, eps=1e-6)
@@ -274,12 +325,12 @@ def test_shared_expert_gate_is_transformers_sparse_block_formula():
 
 
 @pytest.mark.sglang
-def test_sglangs_cpu_wrappers_reach_the_ops_and_the_verify_conv_update_does_not():
+def test_sglangs_cpu_wrappers_reach_the_ops_and_the_verify_conv_update_needs_the_hook():
     # In a fresh process with the CPU runtime as a server has it: every op registered in sgl_kernel's namespace, and
-    # SGLang's own CPU wrappers (sgl_kernel/mamba.py, as gdn_backend calls them) run on them. And the call that stops
-    # MTP speculation for these models on CPU (tests/test_families.py's docstring): GDNAttnBackend.forward_extend's
-    # TARGET_VERIFY branch passes causal_conv1d_update keywords that the CPU wrapper bound to that name does not take
-    # (served once with --speculative-algorithm EAGLE: that TypeError at the first verify).
+    # SGLang's own CPU wrappers (sgl_kernel/mamba.py, as gdn_backend calls them) run on them. And the call that stopped
+    # MTP speculation for these models on CPU: GDNAttnBackend.forward_extend's TARGET_VERIFY branch passes
+    # causal_conv1d_update keywords that the CPU wrapper bound to that name does not take (a TypeError at the first
+    # verify), and with cpu/gdn.py's hook on that name the same call runs.
     import subprocess
     import sys
     import textwrap
@@ -325,6 +376,16 @@ def test_sglangs_cpu_wrappers_reach_the_ops_and_the_verify_conv_update_does_not(
         verify = inspect.getsource(gdn_backend.GDNAttnBackend.forward_extend)
         for kw in ("intermediate_conv_window", "intermediate_state_indices", "retrieve_parent_token"):
             assert kw + "=" in verify and kw not in params, kw
+        # which is why cpu/gdn.py hooks that name: with the hook, the verify's call runs (a drafted chain)
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+        HookRegistry.register(gdn._CONV_UPDATE_TARGET, gdn._conv_update_around, HookType.AROUND)
+        HookRegistry.apply_hooks()
+        states, windows = torch.zeros(2, 12, 3), torch.zeros(3, 4, 12, 3)
+        out = gdn_backend.causal_conv1d_update(
+            torch.randn(1, 12, 4), states, w, None, "silu", conv_state_indices=torch.tensor([1], dtype=torch.int32),
+            intermediate_conv_window=windows, intermediate_state_indices=torch.tensor([0], dtype=torch.int32),
+            retrieve_next_token=None, retrieve_next_sibling=None, retrieve_parent_token=None)
+        assert out.shape == (1, 12, 4) and windows[0].abs().sum() > 0 and windows[1:].abs().sum() == 0
         print("REACHED", len(added))
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)

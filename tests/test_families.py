@@ -21,7 +21,10 @@ with an image, below): gated delta-net
 layers and full attention alternating, every layer MoE with a gated shared expert, one MTP layer in the checkpoint;
 the CPU runtime runs the linear attention through torch versions of the sgl-kernel ops SGLang's CPU path calls
 (sglang_r3/serving/patches/cpu/gdn.py, each checked against transformers' torch code in tests/test_cpu_gdn.py).
-Served with speculation off: see below.
+Served with their MTP layer drafting (``--speculative-algorithm EAGLE``, a chain of 3): the verify's convolution keeps
+each draft step's window and the commit puts the last accepted step's states into the slots (cpu/gdn.py; on CUDA
+Triton kernels), so every row below is spec on = transformers, with drafts accepted (the checkpoint's MTP projection
+passes the embedding on and its layer adds little, so the draft guesses close to the main model).
 MiniMax-M2 (sigmoid scores with a selection bias, q/k RMS norm over the whole attention width, partial RoPE from
 ``rotary_dim``): its q/k norm's two Triton kernels assert CUDA tensors, so the CPU runtime runs them in torch
 (sglang_r3/serving/patches/cpu/minimax_m2.py, checked against transformers' norm in tests/test_cpu_minimax_m2.py).
@@ -82,15 +85,6 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   served (``qwen3_vl_moe``, text prompts and with an image; its processor registers once cpu/gdn.py provides the
   ``*_cpu`` ops models/qwen3_5.py reads at import).
   (tests: ``test_families_not_served_on_cpu_stop_where_the_docstring_says`` checks each of these stops.)
-- Qwen3-Next and Qwen3.5-MoE with MTP speculation (their checkpoints' MTP layer drafting): not on the CPU runtime.
-  Served with ``--speculative-algorithm EAGLE`` (tried: the draft model loads), the first verify stops in
-  ``GDNAttnBackend.forward_extend`` (layers/attention/linear/gdn_backend.py), whose TARGET_VERIFY branch calls
-  ``causal_conv1d_update(..., intermediate_conv_window=..., intermediate_state_indices=..., retrieve_*=...)`` --
-  on CPU that name is sgl_kernel's ``mamba.causal_conv1d_update_cpu``, which takes none of those keywords
-  (TypeError); past it, committing the accepted drafts' states runs Triton kernels
-  (``scatter_mamba_states_after_mtp_verify``: ``fused_mamba_state_scatter_with_mask``, the conv-window scatters).
-  So their rows are proven with speculation off only (tests/test_cpu_gdn.py
-  ``test_sglangs_cpu_wrappers_reach_the_ops_and_the_verify_conv_update_does_not`` checks that call).
 - MiniMax-M2 with a config without ``use_qk_norm: true``: refused by the layout rule. Served that way (SGLang's
   default builds no q/k norm) its rows differed from transformers', which always normalises q and k.
 - MiMo-V2-Flash: refused at start-up by its family entry (sglang_r3/core/families.py): SGLang builds its layers from
@@ -425,6 +419,36 @@ def test_deepseek_v3_mtp_sampled_rows_are_transformers_router_topk(served, oracl
         np.testing.assert_array_equal(np.sort(upstream[:, list(layout.moe_layer_ids)], axis=-1), got)
         _check_mtp_section(tokens, rec.mtp)
 
+
+
+@pytest.mark.parametrize("served", ["qwen3_next", "qwen3_5_moe"], indirect=True)
+def test_hybrid_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged(served, oracles):
+    # Qwen3-Next and Qwen3.5-MoE are served with their MTP layer drafting (tests/families.py SERVERS), so every row
+    # of the families' other tests is already spec on = transformers (which never speculates). Here: drafts are
+    # accepted (a verify commits the recurrent state and conv window of a step past the first:
+    # cpu/gdn.py's verify convolution and commit), and the draft's routing sits in the MTP section at depth 1.
+    prompts = [list(p.encode()) for p in PROMPTS]
+    for name in served.families:
+        url, trace = served.urls[name], oracles(name)
+        layout = fetch_layout(url)
+        assert [(l.depth, l.num_experts, l.topk) for l in layout.mtp_layers] == [
+            (1, *FAMILIES[name].experts_topk(trace.model.config))]
+        # NEW_TOKENS as the families' other tests: at 32, Qwen3-Next's layer 2 at token 50 of the second prompt
+        # is a near tie in transformers (2nd and 3rd expert 4e-6 apart) that float32's op order decides; there
+        # SGLang's rows with speculation on equal its rows with it off.
+        outs = generate(url, input_ids=prompts, return_routing={"mtp": True}, return_routed_experts=True,
+                        sampling_params={"temperature": 0.0, "max_new_tokens": NEW_TOKENS})
+        accepted = [out["meta_info"]["spec_correct_drafts_histogram"] for out in outs]
+        assert any(sum(h[1:]) for h in accepted), accepted  # some verify accepted one or more drafts
+        for prompt, out in zip(prompts, outs):
+            tokens = prompt + list(out["output_ids"])
+            rec = record_of(out)
+            got = np.sort(rec.experts.astype(np.int64), axis=-1)
+            np.testing.assert_array_equal(got, trace.topk(tokens)[:-1])
+            upstream = _upstream_rows(out["meta_info"]["routed_experts"], len(tokens), layout.num_hidden_layers,
+                                      layout.topk)
+            np.testing.assert_array_equal(np.sort(upstream[:, list(layout.moe_layer_ids)], axis=-1), got)
+            _check_mtp_section(tokens, rec.mtp)
 
 
 @pytest.mark.parametrize("served", ["glm4_moe_lite"], indirect=True)

@@ -502,6 +502,19 @@ MANIFEST: Tuple[Touch, ...] = (
           "CPU only: while the layer is built, torch.get_device_module() answers torch.cpu, as on a CPU-only torch "
           "build (it builds its gated RMSNorm on current_device() of torch.cuda otherwise, and CUDA fails to start)",
           "(self, config, layer_id, quant_config=None, alt_stream=None, prefix='')", R23),
+    Touch("sglang.srt.layers.attention.linear.gdn_backend.causal_conv1d_update", "hook:around",
+          "CPU only: a target verify's convolution with each draft step's window kept (the name is sgl-kernel's CPU "
+          "wrapper there, which takes none of the verify keywords GDNAttnBackend.forward_extend passes); decode "
+          "calls go to the wrapper", "(mixed_qkv, conv_states, conv_weights, bias, activation, conv_state_indices)",
+          R23),
+    Touch("sglang.srt.layers.attention.hybrid_linear_attn_backend.scatter_mamba_states_after_mtp_verify",
+          "hook:around", "CPU only: the accepted draft step's recurrent state and conv window into each request's "
+          "slot after a verify, in torch (Triton scatters)",
+          "(mamba_caches, state_indices_tensor, last_correct_step_indices, mamba_track_indices, "
+          "mamba_steps_to_track, src_indices_raw=None)", R23),
+    Touch("sglang.srt.mem_cache.memory_pool.MambaPool.SpeculativeState", "reads",
+          "the recurrent states, conv windows and their per-draft-step copies the commit scatters (CPU only)",
+          attrs=("temporal", "intermediate_ssm", "conv", "intermediate_conv_window"), releases=R23),
     Touch("sglang.srt.models.qwen2_moe.fused_gate_sigmoid_mul_add", "hook:around",
           "CPU only: the shared expert's sigmoid gate added to the routed output in torch (a Triton kernel but on "
           "AMX CPUs and NPUs; Qwen2-MoE, Qwen3-Next, Qwen3.5)",
@@ -706,6 +719,13 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     if not has_gpu():  # sgl-kernel's modules need the libcuda stand-in to import on a CPU host
         activate_cpu_runtime()
+        # and, as a CPU server registers them first (cpu/__init__.py), the torch ops SGLang's CPU-path modules
+        # read at import (gdn_backend's verify kernel, models/qwen3_5.py)
+        from sglang_r3.serving.patches.cpu.gdn import register_gdn_ops
+        from sglang_r3.serving.patches.cpu.spec_ops import register_spec_ops
+
+        register_spec_ops()
+        register_gdn_ops()
     release = in_force()
     bad = check(release=release)
     for target, why in bad:

@@ -71,7 +71,7 @@ def install_cpu_patches() -> None:
     eagle = None
     if is_0_5_15():  # 0.5.15 sends no speculative kernel to the CPU (cpu/eagle_0_5_15.py)
         from sglang_r3.serving.patches.cpu import eagle_0_5_15 as eagle
-    around = (HOOKS + ranks.hooks() + llama4.HOOKS + expert_parallel.HOOKS + cuda_shims.hooks() + gdn.hooks()
+    around = (HOOKS + ranks.hooks() + llama4.HOOKS + expert_parallel.HOOKS + cuda_shims.hooks() + gdn.hooks(is_0_5_15())
               + minimax_m2.HOOKS + gpt_oss.hooks() + dsa.hooks() + rope.HOOKS)
     for target, hook in around + (eagle.hooks() if eagle else []):
         register(target, hook, HookType.AROUND)  # binds or names the target (patches/hooks.py)

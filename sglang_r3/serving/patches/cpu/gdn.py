@@ -117,6 +117,81 @@ def causal_conv1d_update_cpu(x, conv_states, weight, bias, silu_activation, cach
     return out.squeeze(-1) if squeeze else out
 
 
+# -- the speculative verify's convolution and the commit of accepted drafts -------------------------------------
+
+
+def causal_conv1d_verify_update(x, conv_states, weight, bias, silu_activation, conv_state_indices,
+                                intermediate_conv_window, intermediate_state_indices, pad_slot_id=-1):
+    """A target verify's convolution (``gdn_backend.forward_extend``, TARGET_VERIFY), as SGLang's Triton
+    ``causal_conv1d_update`` with ``intermediate_conv_window``: x [batch, dim, draft] -> out [batch, dim, draft];
+    the window after draft step i (the last ``width - 1`` inputs up to it) at ``[intermediate_state_indices[b], i]``;
+    the slot advanced over every draft, as the kernel leaves it (the commit then writes the accepted step's
+    window over it). A drafted chain only: start-up refuses ``--speculative-eagle-topk`` > 1."""
+    width_m1 = weight.shape[-1] - 1
+    slots = conv_state_indices.tolist()
+    rows = intermediate_state_indices.tolist()
+    windows = {b: conv_states[slot, :, -width_m1:].clone() for b, slot in enumerate(slots) if slot != pad_slot_id}
+    out = causal_conv1d_update_cpu(x, conv_states, weight, bias, silu_activation, None, conv_state_indices,
+                                   pad_slot_id, False)
+    for b, window in windows.items():
+        xin = torch.cat([window.to(x.dtype), x[b]], dim=-1)  # [dim, width - 1 + draft]
+        for i in range(x.shape[-1]):
+            intermediate_conv_window[rows[b], i] = xin[:, i + 1:i + 1 + width_m1].to(intermediate_conv_window.dtype)
+    return out
+
+
+_CONV_UPDATE_TARGET = "sglang.srt.layers.attention.linear.gdn_backend.causal_conv1d_update"
+
+
+def _conv_update_around(original, x, conv_states, weight, bias, activation, conv_state_indices=None,
+                        intermediate_conv_window=None, intermediate_state_indices=None, retrieve_next_token=None,
+                        retrieve_next_sibling=None, retrieve_parent_token=None):
+    """On CPU the name ``causal_conv1d_update`` is sgl-kernel's wrapper, which takes no verify keywords (the
+    TARGET_VERIFY branch passes them): a verify runs ``causal_conv1d_verify_update``, decode the wrapper."""
+    if retrieve_next_token is not None or retrieve_next_sibling is not None:
+        raise NotImplementedError("sglang-r3 CPU runtime: a drafted tree's verify convolution "
+                                  "(--speculative-eagle-topk > 1)")
+    if intermediate_conv_window is None:
+        return original(x, conv_states, weight, bias, activation, conv_state_indices)
+    return causal_conv1d_verify_update(x, conv_states, weight, bias, activation in ("silu", "swish", True),
+                                       conv_state_indices, intermediate_conv_window, intermediate_state_indices)
+
+
+def _scatter_steps(dst, src, dst_rows, steps, src_rows):
+    """``dst[:, dst_rows[r]] = src[:, src_rows[r], steps[r]]`` for each request with a step >= 0, skipping rows
+    out of range, as SGLang's ``fused_mamba_state_scatter_with_mask`` / ``fused_conv_window_scatter_with_mask``."""
+    dst_rows, steps = dst_rows.tolist(), steps.tolist()
+    src_rows = src_rows.tolist() if src_rows is not None else list(range(len(steps)))
+    for d, s, r in zip(dst_rows, steps, src_rows):
+        if s >= 0 and 0 <= d < dst.shape[1] and 0 <= r < src.shape[1] and s < src.shape[2]:
+            dst[:, d] = src[:, r, s]
+
+
+def scatter_mamba_states_after_mtp_verify_cpu(mamba_caches, state_indices_tensor, last_correct_step_indices,
+                                              mamba_track_indices, mamba_steps_to_track, src_indices_raw=None):
+    """The commit after a verify (``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify``): each request's
+    recurrent state and conv windows at its last accepted draft step into its slot, and into its track slot
+    where one is tracked; SGLang's Triton scatters (``mamba_state_scatter_triton``) in torch."""
+    targets = [(state_indices_tensor, last_correct_step_indices)]
+    if mamba_track_indices is not None:
+        targets.append((mamba_track_indices, mamba_steps_to_track))
+    pairs = [(c, w) for c, w in zip(mamba_caches.conv, mamba_caches.intermediate_conv_window) if c.numel() > 0]
+    if mamba_caches.temporal.numel() > 0:
+        pairs.insert(0, (mamba_caches.temporal, mamba_caches.intermediate_ssm))
+    for dst, src in pairs:
+        for rows, steps in targets:
+            _scatter_steps(dst, src, rows, steps, src_indices_raw)
+
+
+_SCATTER_TARGET = "sglang.srt.layers.attention.hybrid_linear_attn_backend.scatter_mamba_states_after_mtp_verify"
+
+
+def _scatter_around(original, mamba_caches, *args, **kwargs):
+    if mamba_caches.temporal.is_cuda:
+        return original(mamba_caches, *args, **kwargs)
+    return scatter_mamba_states_after_mtp_verify_cpu(mamba_caches, *args, **kwargs)
+
+
 # -- gating and the delta rule -------------------------------------------------------------------------------
 
 
@@ -355,15 +430,15 @@ def _shared_gate_around(original, hidden_states, gate_weight, shared_output, fin
     final_hidden_states.copy_(added.to(final_hidden_states.dtype))
 
 
-def hooks():
-    """AROUND hooks (the norms: SGLang 0.5.23, where they live in ``sglang.kernels``; Qwen3-Next and Qwen3.5 are not
-    served on 0.5.15's CPU runtime. The shared expert's gate: both releases, for Qwen2-MoE)."""
-    from sglang_r3.serving.patches.release import is_0_5_15
-
-    if is_0_5_15():
+def hooks(on_0_5_15: bool):
+    """AROUND hooks (the norms and the speculative verify: SGLang 0.5.23, where they live in ``sglang.kernels``;
+    Qwen3-Next and Qwen3.5 are not served on 0.5.15's CPU runtime. The shared expert's gate: both releases, for
+    Qwen2-MoE). The release is the caller's to say: the manifest's tool registers this module's ops."""
+    if on_0_5_15:
         return [(_SHARED_GATE_TARGET, _shared_gate_around)]
     return [(_NORM_TARGET, _gated_norm_around), (_NORM_GROUPED_TARGET, _grouped_norm_around),
-            (_SHARED_GATE_TARGET, _shared_gate_around), (_LAYER_TARGET, _layer_init_around)]
+            (_SHARED_GATE_TARGET, _shared_gate_around), (_LAYER_TARGET, _layer_init_around),
+            (_CONV_UPDATE_TARGET, _conv_update_around), (_SCATTER_TARGET, _scatter_around)]
 
 
 # name -> (schema, implementation): the arguments as SGLang's wrappers and call sites pass them.
