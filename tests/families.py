@@ -36,6 +36,12 @@ GLM_VISION_IDS = dict(image_start_token_id=260, image_end_token_id=261, image_to
                       video_end_token_id=264, video_token_id=265)
 
 
+# Gemma-4's vision tokens (google/gemma-4-26B-A4B-it's tokenizer names: image soft token, begin / end of image),
+# likewise; the processor adds its video token itself (the next id).
+GEMMA4_VISION_TOKENS = ("<|image|>", "<|image>", "<image|>")
+GEMMA4_VISION_IDS = dict(image_token_id=260, boi_token_id=261, eoi_token_id=262)
+
+
 # Kimi-K2.5's media tokens (its tokenizer's names), likewise; image_token_id is the published
 # media_placeholder_token_id, the others are the keys transformers' Kimi_K25Config names them by.
 KIMI_MEDIA_TOKENS = ("<|media_begin|>", "<|media_content|>", "<|media_end|>", "<|media_pad|>",
@@ -119,6 +125,38 @@ _QWEN35_TEXT = dict(_TINY, head_dim=32, moe_intermediate_size=32, shared_expert_
                     full_attention_interval=2,
                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
                                      "mrope_section": [2, 1, 1], "mrope_interleaved": True})
+
+# Gemma-4 26B-A4B as published (Gemma4ForConditionalGeneration; google/gemma-4-26B-A4B-it's text keys): every
+# layer runs a dense MLP and, beside it, a router (norm, learned scale, projection; softmax top-k renormalised,
+# a per-expert output scale) over GELU experts; sliding-window layers (8 tokens here) alternate with full ones
+# (keys are values, proportional RoPE over a quarter of the head); q/k/v norms, logit soft-capping, tied
+# embeddings; a one-layer vision tower; text prompts. The full-attention layers' head_dim and kv heads
+# (global_head_dim, num_global_key_value_heads) equal the sliding ones here: the CPU runtime's one KV pool holds
+# one shape, and start-up refuses the published split there (gemma4_published_shapes). The router's learned input
+# and output scales are drawn (tests/families.py build), not left at ones.
+_GEMMA4 = Family(
+    "gemma4", "Gemma4Config", "Gemma4ForConditionalGeneration",
+    dict(_TINY, head_dim=16, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=4,
+         enable_moe_block=True, num_experts=8, top_k_experts=2, global_head_dim=16, num_global_key_value_heads=2,
+         attention_k_eq_v=True, sliding_window=8, layer_types=["sliding_attention", "full_attention"] * 2,
+         hidden_size_per_layer_input=0, num_kv_shared_layers=0, use_double_wide_mlp=False,
+         final_logit_softcapping=30.0, use_bidirectional_attention="vision", tie_word_embeddings=True),
+    wrap=lambda text: dict(
+        text_config=text, tie_word_embeddings=True, audio_config=None, **GEMMA4_VISION_IDS,
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           num_key_value_heads=2, head_dim=16, patch_size=16, position_embedding_size=64)),
+    layers_of=lambda m: list(m.model.language_model.layers),
+    experts_topk=lambda c: (c.text_config.num_experts, c.text_config.top_k_experts),
+    mlp_of=lambda layer: layer,  # the router and experts sit on the decoder layer, beside its dense MLP
+    is_moe_module=lambda layer: getattr(layer, "enable_moe_block", False),
+    router_ids=lambda layer: (layer.router, lambda out: out[-1]),
+    hub_tensors=lambda folder: _gemma4_as_published(folder),
+    extra_files=lambda folder: _gemma4_processor(folder),
+    # transformers' Gemma4Model embeds its image (and video, audio) placeholder ids as the pad token whether or not
+    # media stands behind them, SGLang as themselves (seen: one sampled run, every layer at exactly that token).
+    not_sampled=(GEMMA4_VISION_IDS["image_token_id"],),
+)
+
 
 # Qwen3-VL-MoE, text routing: the multimodal checkpoint (a one-block vision tower, processor configs), text-only
 # prompts; softmax top-k in every text layer, interleaved M-RoPE; as the Hub ships it (Qwen/Qwen3-VL-30B-A3B-Instruct:
@@ -340,6 +378,14 @@ FAMILIES: Dict[str, Family] = {
         qk_scale=8.0,  # scores that depend on positions (see Family.qk_scale)
         not_sampled=(KIMI_MEDIA_IDS["image_token_id"], KIMI_MEDIA_IDS["video_token_id"]),
     ),
+    "gemma4": _GEMMA4,
+    # Gemma-4 with the published split of attention shapes (full-attention layers: head_dim 32, one kv head; sliding:
+    # 16, two): the CPU runtime's one KV pool cannot hold both, and start-up refuses it there.
+    "gemma4_published_shapes": replace(
+        _GEMMA4, name="gemma4_published_shapes",
+        config={**_GEMMA4.config, "global_head_dim": 32, "num_global_key_value_heads": 1},
+        not_served="this model's sliding-window layers keep keys and values of head_dim 16 x 2 heads, its "
+                   "full-attention layers of 32 x 1"),
     # gpt-oss: every layer MoE (softmax over the top-k logits, router bias), clamped SwiGLU experts with biases;
     # attention sinks, layers alternating sliding window (8 tokens, shorter than every test sequence) / full.
     # The CPU runtime adds the sinks to torch_native (sglang_r3/serving/patches/cpu/gpt_oss.py).
@@ -438,6 +484,37 @@ def _glm4v_processors(folder: Path) -> None:
     transformers.Glm4vImageProcessor(patch_size=14, merge_size=2, temporal_patch_size=2).save_pretrained(str(folder))
     transformers.Glm4vVideoProcessor(patch_size=14, merge_size=2, temporal_patch_size=2).save_pretrained(str(folder))
     _add_vision_tokens(folder, GLM_VISION_TOKENS, GLM_VISION_IDS)
+
+
+def _gemma4_processor(folder: Path) -> None:
+    """The processor a Gemma-4 checkpoint ships (SGLang builds it at start-up, for text prompts too): transformers'
+    Gemma4Processor over its image, video and audio processors, the tokenizer naming its vision tokens."""
+    import transformers
+
+    _add_vision_tokens(folder, GEMMA4_VISION_TOKENS, GEMMA4_VISION_IDS)
+    names = dict(zip(("image_token", "boi_token", "eoi_token"), GEMMA4_VISION_TOKENS))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), extra_special_tokens=names)
+    processor = transformers.Gemma4Processor(
+        feature_extractor=transformers.Gemma4AudioFeatureExtractor(),
+        image_processor=transformers.Gemma4ImageProcessor(patch_size=16),
+        video_processor=transformers.Gemma4VideoProcessor(patch_size=16), tokenizer=tokenizer)
+    processor.save_pretrained(str(folder))
+
+
+def _gemma4_as_published(folder: Path) -> None:
+    """config.json as google/gemma-4-26B-A4B-it ships it: the full-attention layers' shape as ``global_head_dim`` /
+    ``num_global_key_value_heads``, which transformers' Gemma4TextConfig turns into the ``per_layer_config`` its save
+    writes instead."""
+    path = folder / "config.json"
+    saved = json.loads(path.read_text())
+    text = saved["text_config"]
+    # (one override per full-attention layer, all alike; none where they equal the sliding layers')
+    shapes = {json.dumps(o, sort_keys=True) for o in text.pop("per_layer_config").values()}
+    shape = json.loads(shapes.pop()) if shapes else {}
+    assert not shapes
+    text["global_head_dim"] = shape.get("head_dim", text["head_dim"])
+    text["num_global_key_value_heads"] = shape.get("num_key_value_heads", text["num_key_value_heads"])
+    path.write_text(json.dumps(saved, indent=2, sort_keys=True))
 
 
 # transformers 5.19's save of Kimi_K25ForConditionalGeneration -> the Hub's tensor names (moonshotai/Kimi-K2.5,
@@ -546,8 +623,10 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
     model = getattr(transformers, family.model_class)(cfg).to(torch.float32).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith(".gate.weight") or name.endswith("router.weight"):
+            if name.endswith((".gate.weight", "router.weight", "router.proj.weight")):
                 p.normal_(0.0, family.router_std)
+            elif name.endswith(("router.scale", "router.per_expert_scale")):  # Gemma-4's router input and output
+                p.uniform_(0.5, 1.5)  # scales (ones at init: a scale dropped would pass unseen)
             elif name.endswith("e_score_correction_bias"):  # a parameter in ERNIE-4.5's moe_statics
                 p.normal_(0.0, family.bias_std)
             elif name.endswith(family.bf16_params or ("\0",)):

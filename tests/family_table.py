@@ -120,6 +120,9 @@ NOT_SERVED_WHY: Dict[str, str] = {
                                    "SGLang's minimax_m2.py rotates `rotary_dim` dims (the whole head without it)",
     "llama4_text": "text-only `Llama4ForCausalLM` checkpoints refused at start-up (SGLang's llama4.py skips the "
                    "q/k RoPE permutation)",
+    "gemma4_published_shapes": "on the CPU runtime, sliding and full-attention layers whose KV head shapes differ "
+                               "(as published) refused at start-up: its one KV pool holds one shape (a GPU serves "
+                               "them with SGLang's hybrid SWA pool)",
     "qwen3_vl_moe_transformers_save": "a transformers 5.19 `save_pretrained` (its own fused-expert layout, not the "
                                       "Hub's) stops SGLang's `qwen3_vl_moe.py` `load_fused_expert_weights` at load "
                                       "(a size mismatch); the Hub layout is served",
@@ -153,6 +156,8 @@ LAYOUT: Dict[str, str] = {
     "Qwen3-VL-MoE (text)": "text model: every layer MoE",
     "GLM-4.5V / 4.6V (text)": "text model as GLM-4.5: first `first_k_dense_replace` dense; no MTP layers (its config "
                               "names none)",
+    "Gemma-4 (text)": "text model: every layer MoE (beside its dense MLP) with `enable_moe_block`, none without; "
+                      "on the CPU runtime sliding and full-attention KV shapes that differ refused",
     "Kimi-K2.5 (text)": "text model as DeepSeek-V3: first `first_k_dense_replace` dense; no MTP layers (as published)",
     "ERNIE-4.5-MoE": "MoE from `moe_layer_start_index` to `moe_layer_end_index`, dense MTP; `moe_layer_interval` ≠ 1 "
                      "refused",

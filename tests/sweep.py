@@ -191,6 +191,20 @@ SPECS: Dict[str, tuple] = {
                            num_hidden_layers=1, patch_size=14, init_pos_emb_height=8, init_pos_emb_width=8,
                            init_pos_emb_time=4, merge_kernel_size=[2, 2], mm_hidden_size=32, text_hidden_size=64),
         media_placeholder_token_id=255, tie_word_embeddings=False)),
+    # Gemma-4 26B-A4B's text keys (google/gemma-4-26B-A4B-it): the MoE block on every layer beside the dense MLP,
+    # 5 sliding : 1 full attention (here 1 : 1), full layers with their own head_dim and kv heads (k = v), logit
+    # soft-capping; no per-layer embeddings.
+    "Gemma4ForConditionalGeneration": ("gemma4", dict(
+        text_config=dict(_T, model_type="gemma4_text", intermediate_size=64, moe_intermediate_size=32,
+                         num_hidden_layers=4, enable_moe_block=True, num_experts=8, top_k_experts=2,
+                         global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True, sliding_window=8,
+                         layer_types=["sliding_attention", "full_attention"] * 2, hidden_size_per_layer_input=0,
+                         num_kv_shared_layers=0, use_double_wide_mlp=False, final_logit_softcapping=30.0,
+                         use_bidirectional_attention="vision", hidden_activation="gelu_pytorch_tanh",
+                         tie_word_embeddings=True),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           num_key_value_heads=2, head_dim=16, patch_size=16, position_embedding_size=64),
+        audio_config=None, tie_word_embeddings=True)),
     # ERNIE-4.5-MoE: moe_layer_start_index, moe_num_shared_experts and the MTP layer count as
     # baidu/ERNIE-4.5-21B-A3B-PT publishes them.
     "Ernie4_5_MoeForCausalLM": ("ernie4_5_moe", dict(_T, intermediate_size=128, moe_intermediate_size=32,
@@ -320,6 +334,11 @@ def config_object(arch: str, model_type: str, values: Dict[str, Any]):
         for key, value in vars(text).items():
             if not hasattr(cfg, key) and value is not None:
                 setattr(cfg, key, value)
+    # and flattens Gemma-4's per-layer attention shapes (full-attention head_dim / kv heads, swa_* beside them)
+    from sglang.srt.utils.hf_transformers import config as loader
+
+    if model_type in loader._GEMMA4_MODEL_TYPES:
+        loader._apply_gemma4_attention_overrides(cfg)
     return cfg
 
 

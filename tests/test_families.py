@@ -52,6 +52,13 @@ from the release's remote code, which a host without the Hub cannot fetch: the c
 serves the pixels transformers' processor makes), served with ``--trust-remote-code`` as the release is. Completions do not sample its media placeholders: transformers'
 ``Kimi_K25Model`` embeds those ids as id 0 whether or not an image stands behind them, SGLang as themselves, so a
 text-sampled one routes otherwise on each side (seen: 1-2 pairs at exactly those tokens in some sampled runs).
+Gemma-4 (``Gemma4ForConditionalGeneration``, one-layer vision tower, text prompts): a router and GELU experts beside
+every layer's dense MLP, sliding-window (8 tokens) and full-attention layers, q/k/v norms. SGLang's CPU norm path
+dropped the router's learned input scale (drawn here, not left at ones: half the pairs routed otherwise); the CPU
+runtime applies it (sglang_r3/serving/patches/cpu/gemma4.py, checked against transformers' router in
+tests/test_cpu_gemma4.py). Sliding and full-attention layers share one KV head shape here: with the published split
+start-up refuses it on the CPU runtime (``gemma4_published_shapes``). Completions do not sample its image placeholder:
+transformers' ``Gemma4Model`` embeds that id as the pad token where no image stands behind it, SGLang as itself.
 GLM-5 (``GlmMoeDsaForCausalLM``) and DeepSeek-V3.2 (``DeepseekV32ForCausalLM``): MLA with the DSA indexer, one NextN
 layer, served with MTP speculation on. The CPU runtime attends to every key (sglang_r3/serving/patches/cpu/dsa.py),
 DSA's own result while a sequence fits in ``index_topk`` (2048 here, as published; start-up refuses a longer context

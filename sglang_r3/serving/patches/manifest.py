@@ -252,7 +252,8 @@ MANIFEST: Tuple[Touch, ...] = (
                  "enable_flexkv", "radix_cache_backend", "enable_unified_cache_external_linker", "enable_hisparse",
                  "disaggregation_decode_enable_offload_kvcache", "disaggregation_mode", "enable_pdmux",
                  "decoupled_spec_role", "speculative_algorithm", "enable_multi_layer_eagle", "speculative_eagle_topk",
-                 "speculative_num_steps", "device", "disable_cuda_graph", "tokenizer_worker_num", "smg_grpc_mode",
+                 "speculative_num_steps", "device", "disable_cuda_graph", "disable_hybrid_swa_memory", "tokenizer_worker_num",
+                 "smg_grpc_mode",
                  "grpc_mode", "grpc_port", "use_ray", "decrypted_config_file", "trust_remote_code",
                  "enable_return_routed_experts", "enable_dp_attention", "enable_metrics", "enable_torch_compile", "chunked_prefill_size",
                  "max_prefill_tokens", "speculative_num_draft_tokens"), releases=R23),
@@ -263,7 +264,7 @@ MANIFEST: Tuple[Touch, ...] = (
                  "enable_hierarchical_cache", "hicache_storage_backend", "enable_lmcache", "radix_cache_backend",
                  "enable_hisparse", "disaggregation_decode_enable_offload_kvcache", "disaggregation_mode",
                  "enable_pdmux", "decoupled_spec_role", "speculative_algorithm", "enable_multi_layer_eagle",
-                 "speculative_eagle_topk", "speculative_num_steps", "device", "disable_cuda_graph",
+                 "speculative_eagle_topk", "speculative_num_steps", "device", "disable_cuda_graph", "disable_hybrid_swa_memory",
                  "tokenizer_worker_num", "grpc_mode", "use_ray", "decrypted_config_file", "trust_remote_code",
                  "enable_return_routed_experts", "enable_dp_attention", "enable_metrics", "enable_torch_compile", "chunked_prefill_size",
                  "max_prefill_tokens", "speculative_num_draft_tokens"), releases=R15),
@@ -274,7 +275,8 @@ MANIFEST: Tuple[Touch, ...] = (
           "(server_args)", R23),
     Touch("sglang.srt.configs.model_config.ModelConfig", "reads", "the resolved model config",
           attrs=("hf_config", "is_hybrid_swa", "model_path", "revision", "model_override_args", "model_config_parser",
-                 "context_len")),
+                 "context_len", "hf_text_config", "head_dim", "swa_head_dim", "get_num_kv_heads",
+                 "get_swa_num_kv_heads")),
     Touch(f"{_RC}.attn_tp_size_of", "uses", "the attention-TP width a configuration resolves to", "(cfg)", R23),
     Touch("sglang.srt.environ.envs", "reads", "environment switches start-up checks read",
           attrs=("SGLANG_RUST_SERVER", "SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH"), releases=R23),
@@ -532,11 +534,12 @@ MANIFEST: Tuple[Touch, ...] = (
           "logit, the sink's share dropped (transformers' eager_attention_forward); torch's SDPA otherwise"),
     Touch("sglang.srt.arg_groups.model_hook.handle_model_specific_adjustments", "hook:around",
           "CPU only. gpt-oss: its attention-backend assertion counts torch_native (sinks added here) as a backend "
-          "with sinks (cpu/gpt_oss.py). DSA models: its DSA branch runs without the CUDA capability it reads only "
-          "for the two DSA kernel passes, which are skipped (cpu/dsa.py)", "(server_args)", R23),
+          "with sinks (cpu/gpt_oss.py). Gemma-4: likewise, torch_native as the CPU backend it lists (cpu/gemma4.py). "
+          "DSA models: its DSA branch runs without the CUDA capability it reads only for the two DSA kernel passes, "
+          "which are skipped (cpu/dsa.py)", "(server_args)", R23),
     Touch("sglang.srt.arg_groups.model_hook.attention_backends_of", "swaps",
-          "CPU only, gpt-oss only, during handle_model_specific_adjustments: torch_native answered as intel_amx, the "
-          "CPU backend its assertion lists", "(cfg)", R23),
+          "CPU only, gpt-oss and Gemma-4 only, during handle_model_specific_adjustments: torch_native answered as "
+          "intel_amx, the CPU backend its assertion lists", "(cfg)", R23),
     Touch("sglang.srt.arg_groups.model_overrides.gpt_oss.is_triton_kernels_available", "hook:around",
           "CPU only: false, so gpt-oss's MoE runner stays auto (moe_forward_native on CPU, through the TopK capture "
           "site) instead of triton_kernel, whose Triton kernels have no CPU target", "()", R23),
@@ -549,6 +552,16 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.arg_groups.overrides.is_triton_kernels_available", "hook:around",
           "CPU only: false, so gpt-oss's MoE runner stays auto (moe_forward_native on CPU, through the TopK capture "
           "site) instead of triton_kernel, whose Triton kernels have no CPU target", "()", R15),
+    # -- CPU runtime, Gemma-4 (patches/cpu/gemma4.py) ---------------------------------------------------------------
+    Touch("sglang.srt.models.gemma4_causal.Gemma4Router.forward", "hook:around",
+          "CPU only: the router's input normalised with the weight fuse_scale folds its learned scale and "
+          "hidden_size ** -0.5 into, as CUDA's rmsnorm applies it (Gemma4RMSNorm.forward_native skips the weight of "
+          "a norm built with_scale=False)", "(self, x)", R23),
+    Touch("sglang.srt.models.gemma4_causal.Gemma4Router", "reads",
+          "the fused scale's state, its norm (weight, eps) and projection (CPU only)",
+          attrs=("_scale_fused", "fuse_scale", "norm", "proj"), releases=R23),
+    Touch("sglang.srt.layers.layernorm.Gemma4RMSNorm", "reads", "the router norm's weight and eps (CPU only)",
+          attrs=("weight", "eps"), releases=R23),
     # -- CPU runtime, DSA models served dense within index_topk (patches/cpu/dsa.py) ---------------------------
     Touch("sglang.srt.arg_groups.model_hook.run_post_process_pass", "swaps",
           "CPU only, DSA models only, during handle_model_specific_adjustments: _dsa_kv_cache_dtype_default and "

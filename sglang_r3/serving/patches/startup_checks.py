@@ -163,7 +163,7 @@ def _refusals(cfg: Any, names: _FlagNames, *, resolved: bool, raw: Any = None) -
     """Every refusal for ``cfg``: the raw record, or the resolved view (then ``raw`` is the record)."""
     out: List[Refusal] = []
     for rule in (_parallelism, _moe_routing_layout, _kv_restore, _disaggregation, _speculative, _serving,
-                 _checkpoint, _dsa_on_cpu):
+                 _checkpoint, _dsa_on_cpu, _swa_shapes_on_cpu):
         for hit in rule(cfg, names, resolved=resolved):
             if hit.field.isupper():  # an environment variable, not a ServerArgs field
                 flag = f"{hit.field}={hit.value} (environment variable)"
@@ -449,6 +449,32 @@ def _dsa_on_cpu(cfg, names, *, resolved) -> Rule:
             f"on the CPU runtime a DSA model's attention runs over every key, which is what its indexer selects only "
             f"while a sequence has at most index_topk={topk} tokens; pass --context-length {topk} or less (a GPU "
             f"serves it with SGLang's DSA kernels)"
+        ))
+
+
+def _swa_shapes_on_cpu(cfg, names, *, resolved) -> Rule:
+    """The CPU runtime serves one KV pool for every layer (--disable-hybrid-swa-memory, core/settings.py): a model
+    whose sliding-window layers have another KV head shape than its full-attention ones (SGLang's swa_head_dim /
+    swa_num_key_value_heads: Gemma-4 as published) does not fit in it, and the first prefill stopped the scheduler
+    (a shape mismatch writing the KV cache). (Resolved pass: the model config as SGLang's loader flattened it.)"""
+    if not resolved or cfg.device != "cpu" or not cfg.disable_hybrid_swa_memory:
+        return
+    try:
+        from sglang_r3.serving.patches.release import model_config_of
+
+        model = model_config_of(cfg)
+        if not hasattr(model.hf_text_config, "swa_num_key_value_heads"):  # one shape (what get_swa_num_kv_heads reads)
+            return
+        swa = (model.swa_head_dim, model.get_swa_num_kv_heads(1))
+        full = (model.head_dim, model.get_num_kv_heads(1))
+    except Exception:  # noqa: BLE001 -- a config that does not load: SGLang's own start-up says why
+        return
+    if swa != full:
+        yield _Hit("device", "cpu", (
+            f"this model's sliding-window layers keep keys and values of head_dim {swa[0]} x {swa[1]} heads, its "
+            f"full-attention layers of {full[0]} x {full[1]}; the CPU runtime serves one KV pool for every layer "
+            "(its torch_native backend reads a separate sliding-window pool by full-pool slot ids), whose one shape "
+            "cannot hold both (a GPU serves it with SGLang's hybrid SWA pool)"
         ))
 
 
