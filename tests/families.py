@@ -36,10 +36,12 @@ GLM_VISION_IDS = dict(image_start_token_id=260, image_end_token_id=261, image_to
                       video_end_token_id=264, video_token_id=265)
 
 
-# Gemma-4's vision tokens (google/gemma-4-26B-A4B-it's tokenizer names: image soft token, begin / end of image),
-# likewise; the processor adds its video token itself (the next id).
-GEMMA4_VISION_TOKENS = ("<|image|>", "<|image>", "<image|>")
-GEMMA4_VISION_IDS = dict(image_token_id=260, boi_token_id=261, eoi_token_id=262)
+# Gemma-4's media tokens (google/gemma-4-26B-A4B-it's tokenizer names: image soft token, begin / end of image, the
+# same for audio, and the video token its processor adds), likewise. transformers 5.19's Gemma4Processor refuses
+# every input of a tokenizer without the audio tokens (its validate_inputs), so they are there too.
+GEMMA4_VISION_TOKENS = ("<|image|>", "<|image>", "<image|>", "<|audio|>", "<|audio>", "<audio|>", "<|video|>")
+GEMMA4_VISION_IDS = dict(image_token_id=260, boi_token_id=261, eoi_token_id=262, audio_token_id=263,
+                         boa_token_id=264, eoa_token_id=265, video_token_id=266)
 
 
 # Kimi-K2.5's media tokens (its tokenizer's names), likewise; image_token_id is the published
@@ -154,7 +156,7 @@ _GEMMA4 = Family(
     extra_files=lambda folder: _gemma4_processor(folder),
     # transformers' Gemma4Model embeds its image (and video, audio) placeholder ids as the pad token whether or not
     # media stands behind them, SGLang as themselves (seen: one sampled run, every layer at exactly that token).
-    not_sampled=(GEMMA4_VISION_IDS["image_token_id"],),
+    not_sampled=tuple(GEMMA4_VISION_IDS[k] for k in ("image_token_id", "audio_token_id", "video_token_id")),
 )
 
 
@@ -492,7 +494,8 @@ def _gemma4_processor(folder: Path) -> None:
     import transformers
 
     _add_vision_tokens(folder, GEMMA4_VISION_TOKENS, GEMMA4_VISION_IDS)
-    names = dict(zip(("image_token", "boi_token", "eoi_token"), GEMMA4_VISION_TOKENS))
+    names = dict(zip(("image_token", "boi_token", "eoi_token", "audio_token", "boa_token", "eoa_token"),
+                     GEMMA4_VISION_TOKENS))
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), extra_special_tokens=names)
     processor = transformers.Gemma4Processor(
         feature_extractor=transformers.Gemma4AudioFeatureExtractor(),

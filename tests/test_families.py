@@ -59,6 +59,11 @@ runtime applies it (sglang_r3/serving/patches/cpu/gemma4.py, checked against tra
 tests/test_cpu_gemma4.py). Sliding and full-attention layers share one KV head shape here: with the published split
 start-up refuses it on the CPU runtime (``gemma4_published_shapes``). Completions do not sample its image placeholder:
 transformers' ``Gemma4Model`` embeds that id as the pad token where no image stands behind it, SGLang as itself.
+Not proven: Gemma-4 with an image. Served with one (its processor runs on CPU), 298 of 1132 (token, layer) pairs
+differed from transformers' from the first image token on: torch_native attends causally where Gemma-4's image
+tokens attend to each other (``use_bidirectional_attention: vision``), and with transformers made causal 170 still
+differed, so its vision tower's CPU output differs too. The rows are SGLang's forward (upstream's routed_experts
+agree); transformers computes another.
 GLM-5 (``GlmMoeDsaForCausalLM``) and DeepSeek-V3.2 (``DeepseekV32ForCausalLM``): MLA with the DSA indexer, one NextN
 layer, served with MTP speculation on. The CPU runtime attends to every key (sglang_r3/serving/patches/cpu/dsa.py),
 DSA's own result while a sequence fits in ``index_topk`` (2048 here, as published; start-up refuses a longer context
