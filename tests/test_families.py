@@ -396,6 +396,20 @@ def _check_mtp_section(tokens, mtp):
     _check_mtp_marks(tokens, mtp, 0)
 
 
+def _check_spec_outputs(trace, layout, prompts, outs):
+    """Responses of a server with MTP speculation on: our rows and upstream's routed_experts are transformers' router
+    top-k over prompt + completion (transformers never speculates), and the draft's routing is tagged."""
+    for prompt, out in zip(prompts, outs):
+        tokens = prompt + list(out["output_ids"])
+        rec = record_of(out)
+        got = np.sort(rec.experts.astype(np.int64), axis=-1)
+        np.testing.assert_array_equal(got, trace.topk(tokens)[:-1])
+        upstream = _upstream_rows(out["meta_info"]["routed_experts"], len(tokens), layout.num_hidden_layers,
+                                  layout.topk)
+        np.testing.assert_array_equal(np.sort(upstream[:, list(layout.moe_layer_ids)], axis=-1), got)
+        _check_mtp_section(tokens, rec.mtp)
+
+
 @pytest.mark.parametrize("served", ["deepseek_v3"], indirect=True)
 def test_deepseek_v3_mtp_main_rows_equal_spec_off_rows_and_transformers(served, oracles):
     spec, base = served.urls["deepseek_v3_mtp"], served.urls["deepseek_v3"]
@@ -421,15 +435,7 @@ def test_deepseek_v3_mtp_sampled_rows_are_transformers_router_topk(served, oracl
     prompts = [list(p.encode()) for p in PROMPTS]
     outs = generate(url, input_ids=prompts, return_routing={"mtp": True}, return_routed_experts=True,
                     sampling_params={**SAMPLING["sampled"], "max_new_tokens": 32})
-    layout = fetch_layout(url)
-    for prompt, out in zip(prompts, outs):
-        tokens = prompt + list(out["output_ids"])
-        rec = record_of(out)
-        got = np.sort(rec.experts.astype(np.int64), axis=-1)
-        np.testing.assert_array_equal(got, trace.topk(tokens)[:-1])
-        upstream = _upstream_rows(out["meta_info"]["routed_experts"], len(tokens), layout.num_hidden_layers, layout.topk)
-        np.testing.assert_array_equal(np.sort(upstream[:, list(layout.moe_layer_ids)], axis=-1), got)
-        _check_mtp_section(tokens, rec.mtp)
+    _check_spec_outputs(trace, fetch_layout(url), prompts, outs)
 
 
 
@@ -452,15 +458,7 @@ def test_hybrid_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged
                         sampling_params={"temperature": 0.0, "max_new_tokens": NEW_TOKENS})
         accepted = [out["meta_info"]["spec_correct_drafts_histogram"] for out in outs]
         assert any(sum(h[1:]) for h in accepted), accepted  # some verify accepted one or more drafts
-        for prompt, out in zip(prompts, outs):
-            tokens = prompt + list(out["output_ids"])
-            rec = record_of(out)
-            got = np.sort(rec.experts.astype(np.int64), axis=-1)
-            np.testing.assert_array_equal(got, trace.topk(tokens)[:-1])
-            upstream = _upstream_rows(out["meta_info"]["routed_experts"], len(tokens), layout.num_hidden_layers,
-                                      layout.topk)
-            np.testing.assert_array_equal(np.sort(upstream[:, list(layout.moe_layer_ids)], axis=-1), got)
-            _check_mtp_section(tokens, rec.mtp)
+        _check_spec_outputs(trace, layout, prompts, outs)
 
 
 @pytest.mark.parametrize("served", ["glm4_moe_lite"], indirect=True)
@@ -476,12 +474,4 @@ def test_glm47_flash_mtp_speculation_rows_are_transformers_router_topk_and_mtp_t
     for mode in sorted(SAMPLING):
         outs = generate(url, input_ids=prompts, return_routing={"mtp": True}, return_routed_experts=True,
                         sampling_params={**SAMPLING[mode], "max_new_tokens": 32})
-        for prompt, out in zip(prompts, outs):
-            tokens = prompt + list(out["output_ids"])
-            rec = record_of(out)
-            got = np.sort(rec.experts.astype(np.int64), axis=-1)
-            np.testing.assert_array_equal(got, trace.topk(tokens)[:-1])
-            upstream = _upstream_rows(out["meta_info"]["routed_experts"], len(tokens), layout.num_hidden_layers,
-                                      layout.topk)
-            np.testing.assert_array_equal(np.sort(upstream[:, list(layout.moe_layer_ids)], axis=-1), got)
-            _check_mtp_section(tokens, rec.mtp)
+        _check_spec_outputs(trace, layout, prompts, outs)
