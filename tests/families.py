@@ -178,6 +178,29 @@ _MINIMAX_M2 = Family(
 )
 
 
+# Nemotron-3-Nano (NemotronHForCausalLM): Mamba-2 (M), attention (*), MLP (-) and MoE (E) blocks of one pattern, each a
+# decoder layer; MoE at E (sigmoid scores with a selection bias, one group, routed_scaling_factor, renormalized, one
+# ReLU^2 shared expert, non-gated ReLU^2 experts). The published keys (nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16):
+# n_groups 8 (SGLang builds the mixer from mamba_n_groups, default 8: another count is refused by the layout rule),
+# conv_kernel, chunk_size, ...; one MLP block, which the release has none of, so that every block kind is served.
+# Saved by transformers' class (the Hub's tensor names: backbone.*, experts one by one), config.json rewritten as the
+# release spells it (_nemotron_h_as_published). The CPU runtime runs its Mamba-2 mixers with
+# sglang_r3/serving/patches/cpu/mamba2.py.
+_NEMOTRON_H = Family(
+    "nemotron_h", "NemotronHConfig", "NemotronHForCausalLM",
+    dict(_TINY, head_dim=16, hybrid_override_pattern="ME*EM-E", num_hidden_layers=7, intermediate_size=64,
+         moe_intermediate_size=32, moe_shared_expert_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+         n_shared_experts=1, n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+         mamba_num_heads=8, mamba_head_dim=8, n_groups=8, ssm_state_size=16, conv_kernel=4, expand=2, chunk_size=128,
+         mamba_hidden_act="silu", mlp_hidden_act="relu2", use_conv_bias=True, use_bias=False, mlp_bias=False,
+         layer_norm_epsilon=1e-5, rope_theta=10000, partial_rotary_factor=1.0),
+    mlp_of=lambda layer: layer.mixer,
+    experts_topk=lambda c: (c.n_routed_experts, c.num_experts_per_tok),
+    hub_tensors=lambda folder: _nemotron_h_as_published(folder),
+    router_std=0.4,  # sigmoid scores off saturation, as GLM-4.5's (one group)
+)
+
+
 FAMILIES: Dict[str, Family] = {
     # GLM-4.5: layer 0 dense (first_k_dense_replace), sigmoid scores with a correction bias, shared expert.
     "glm4_moe": Family(
@@ -247,6 +270,7 @@ FAMILIES: Dict[str, Family] = {
     "deepseek_v32": Family("deepseek_v32", "DeepseekV32Config", "DeepseekV32ForCausalLM",
                            dict(_DSA, n_group=4, topk_group=2), mtp_layers=1),
     "minimax_m2": _MINIMAX_M2,
+    "nemotron_h": _NEMOTRON_H,
     # The same with use_routing_bias false (transformers' class still saves and adds its bias): refused at start-up by
     # the layout rule. Served, 56 of 159 greedy (token, layer) pairs differed: SGLang builds no bias and drops it.
     "minimax_m2_no_routing_bias": replace(
@@ -473,6 +497,25 @@ def _kimi_k25_as_published(folder: Path) -> None:
     vision.update(mm_hidden_size=vision["hidden_size"], text_hidden_size=text["hidden_size"], merge_type="sd2_tpool",
                   mm_projector_type="patchmerger", pos_emb_type="divided_fixed", projector_hidden_act="gelu",
                   projector_ln_eps=1e-5, video_attn_type="spatial_temporal")
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+
+
+# Block names transformers 5.19 saves (layers_block_type) -> hybrid_override_pattern's characters.
+_NEMOTRON_H_BLOCKS = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
+
+
+def _nemotron_h_as_published(folder: Path) -> None:
+    """config.json as nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 spells it: the blocks as hybrid_override_pattern and
+    num_hidden_layers (transformers 5.19 writes layers_block_type with its own names, which SGLang 0.5.23's
+    NemotronHConfig refuses: "contains invalid types"), no mtp_layers_block_type (no MTP) and no time_step_limit
+    (neither is published; transformers writes its defaults). The tensors are already the Hub's names."""
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    blocks = cfg.pop("layers_block_type")
+    cfg["hybrid_override_pattern"] = "".join(_NEMOTRON_H_BLOCKS[b] for b in blocks)
+    cfg["num_hidden_layers"] = len(blocks)
+    for key in ("mtp_layers_block_type", "time_step_limit"):
+        cfg.pop(key, None)
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
 
 
@@ -849,7 +892,9 @@ SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": 
                               # the hybrid (linear-attention) families: a bounded state pool, and MTP speculation
                               # on (their MTP layer drafting): main rows against transformers, as GLM-4.7-Flash's
                               **{n: (n, HYBRID_FLAGS + MTP_FLAGS)
-                                 for n in ("qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe")}}
+                                 for n in ("qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe")},
+                              # Nemotron-H: a bounded state pool; no MTP layers (as published)
+                              "nemotron_h": ("nemotron_h", HYBRID_FLAGS)}
 # Servers that run together (a test compares them); one group at a time: an idle CPU server holds
 # ~2-3 GB of host memory, and the suite's own servers run alongside.
 GROUPS: Dict[str, List[str]] = {n: [n] for n in SERVED if n != "qwen3_5_moe_text"}
