@@ -99,6 +99,11 @@ class Family:
     # full_attention_interval, from which it derives layer_types; SGLang builds the layers from it): written into the
     # saved config.json (a wrapper's text_config; a dotted key names another section) as the release spells them.
     published: Dict[str, Any] = field(default_factory=dict)
+    # Parameters set after transformers' init, where that init puts tokens on an edge where transformers and SGLang
+    # compute differently (model -> None, under no_grad; Nemotron-H's Mamba time steps: _nemotron_h_time_steps).
+    post_init: Optional[Callable[[Any], None]] = None
+    # Environment the family's servers run with (SGLang settings read from the environment, e.g. a state dtype).
+    server_env: Dict[str, str] = field(default_factory=dict)
 
 
 _LLAMA4_TEXT = dict(_TINY, head_dim=16, intermediate_size=32, intermediate_size_mlp=128, num_hidden_layers=4,
@@ -198,7 +203,28 @@ _NEMOTRON_H = Family(
     experts_topk=lambda c: (c.n_routed_experts, c.num_experts_per_tok),
     hub_tensors=lambda folder: _nemotron_h_as_published(folder),
     router_std=0.4,  # sigmoid scores off saturation, as GLM-4.5's (one group)
+    post_init=lambda model: _nemotron_h_time_steps(model),
+    # SGLang keeps a Mamba layer's convolution window in bfloat16 whatever --dtype says (mamba_utils.py
+    # mamba2_state_dtype: SGLANG_MAMBA_CONV_DTYPE, default bfloat16; on CUDA too), so a float32 model's decode
+    # convolves the last width - 1 inputs rounded to bfloat16: served so, 1 to 3 of ~400 sampled (token, layer) pairs
+    # moved (decode logprobs ~1e-4 off transformers', prefill ~5e-7). Served with the window in float32, as --dtype.
+    server_env={"SGLANG_MAMBA_CONV_DTYPE": "float32"},
 )
+
+
+def _nemotron_h_time_steps(model) -> None:
+    """Each Mamba head's time-step bias at softplus^-1 of 0.01 .. 0.1 (transformers' init draws the step from
+    [time_step_min, time_step_max] = [0.001, 0.1]). transformers' chunked scan (its prefill, and the oracle's one
+    forward over the whole sequence) clamps the step at time_step_min, its recurrent decode and SGLang's kernels (as
+    Megatron's mixer) do not: a head initialised near 0.001 falls below it for some tokens (dt noise ~0.16 on a bias
+    of -6.6: ~2% of tokens), and the two part there. Kept above it, both compute the same model."""
+    import torch
+
+    for layer in model.model.layers:
+        mixer = layer.mixer
+        if hasattr(mixer, "dt_bias"):
+            steps = torch.linspace(0.01, 0.1, mixer.dt_bias.numel())
+            mixer.dt_bias.copy_(steps + torch.log(-torch.expm1(-steps)))  # softplus^-1
 
 
 FAMILIES: Dict[str, Family] = {
@@ -571,7 +597,8 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
                    + (["extra_files"] if family.extra_files else [])
                    + (["hub_tensors"] if family.hub_tensors else [])
                    + ([family.published, family.mtp_format] if family.published else [])
-                   + (["qwen mtp drafts close"] if family.mtp_format == "qwen" else []), sort_keys=True).encode()
+                   + (["qwen mtp drafts close"] if family.mtp_format == "qwen" else [])
+                   + (["post_init"] if family.post_init else []), sort_keys=True).encode()
     ).hexdigest()[:12]
     out = out or cache_root() / "families" / f"{family.name}-{key}"
     if (out / "config.json").is_file():
@@ -600,6 +627,8 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):  # sigmoid routers' selection bias (GLM, DeepSeek-V3)
                 b.normal_(0.0, family.bias_std)
+        if family.post_init is not None:
+            family.post_init(model)
     model.save_pretrained(str(tmp))
     if nextn:
         _keep_last_layers_as_mtp(tmp, config_class(**_keywords(family, family.config, special)), family)
@@ -927,7 +956,7 @@ def serve_group(family: str):
     """Start the group's servers together (start-ups overlap), yield them ready, stop them."""
     from tests.servers import ServerProcess
 
-    procs = {n: ServerProcess(server_flags(n)).start() for n in GROUPS[family]}
+    procs = {n: ServerProcess(server_flags(n), env=FAMILIES[SERVERS[n][0]].server_env).start() for n in GROUPS[family]}
     try:
         yield ServedGroup(family, {n: p.wait_ready().url for n, p in procs.items()})
     finally:

@@ -179,7 +179,8 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
                            intermediate_states_buffer=None, cache_steps=None, retrieve_parent_token=None,
                            intermediate_state_indices=None):
     """One token per request: state [slots, H, P, N], x [batch, H, P], dt [batch, H, P], A [H, P, N], B, C
-    [batch, G, N], D, dt_bias [H, P] -> ``out`` [batch, H, P] written; each request's slot advanced."""
+    [batch, G, N], D, dt_bias [H, P] -> ``out`` [batch, H, P] written; each request's slot advanced (a padded row's,
+    ``pad_slot_id``, computed from a zero state and not stored, as the kernel does)."""
     if disable_state_update or intermediate_states_buffer is not None or retrieve_parent_token is not None:
         raise NotImplementedError("sglang-r3 CPU runtime: a Mamba-2 speculative verify's state update (MTP)")
     if z is not None:
@@ -192,12 +193,12 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     slots = state_batch_indices.tolist() if state_batch_indices is not None else list(range(x.shape[0]))
     y = torch.zeros(x.shape, dtype=torch.float32)
     for b, slot in enumerate(slots):
-        if slot == pad_slot_id:
-            continue
-        h = state[slot].float()
+        padded = slot == pad_slot_id  # as the kernel: computed from a zero state, the state not stored
+        h = state.new_zeros(state.shape[1:], dtype=torch.float32) if padded else state[slot].float()
         h = h * torch.exp(steps[b][..., None] * A.float()) + (steps[b] * x[b].float())[..., None] * Bh[b][:, None, :]
         y[b] = (h * Ch[b][:, None, :]).sum(-1)
-        state[slot] = h.to(state.dtype)
+        if not padded:
+            state[slot] = h.to(state.dtype)
     if D is not None:
         y = y + x.float() * D.float()
     if out is None:
