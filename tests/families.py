@@ -107,12 +107,21 @@ class Family:
     # full_attention_interval, from which it derives layer_types; SGLang builds the layers from it): written into the
     # saved config.json (a wrapper's text_config; a dotted key names another section) as the release spells them.
     published: Dict[str, Any] = field(default_factory=dict)
+    # Parameters set after transformers' init, where that init puts tokens on an edge where transformers and SGLang
+    # compute differently (model -> None, under no_grad; Nemotron-H's Mamba time steps: _nemotron_h_time_steps).
+    post_init: Optional[Callable[[Any], None]] = None
+    # Environment the family's servers run with (SGLang settings read from the environment, e.g. a state dtype).
+    server_env: Dict[str, str] = field(default_factory=dict)
 
 
 _LLAMA4_TEXT = dict(_TINY, head_dim=16, intermediate_size=32, intermediate_size_mlp=128, num_hidden_layers=4,
                    num_local_experts=8, num_experts_per_tok=1, interleave_moe_layer_step=2, use_qk_norm=True,
                    attention_chunk_size=256, no_rope_layer_interval=4, attn_temperature_tuning=True,
                    floor_scale=8192, attn_scale=0.1)
+
+# SGLang keeps a linear-attention layer's convolution window in bfloat16 whatever --dtype says (SGLANG_MAMBA_CONV_DTYPE,
+# default bfloat16): served with it in float32, as --dtype (Nemotron-H served so moved 1 to 3 of ~400 sampled pairs).
+_MAMBA_CONV_FLOAT32 = {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
 
 # Qwen3-Next / Qwen3.5 hybrid layers: linear attention (layers 0, 2) and full attention (1, 3).
 _QWEN_HYBRID = dict(_TINY, head_dim=16, intermediate_size=128, moe_intermediate_size=32,
@@ -218,6 +227,50 @@ _MINIMAX_M2 = Family(
 )
 
 
+# Nemotron-3-Nano (NemotronHForCausalLM): Mamba-2 (M), attention (*), MLP (-) and MoE (E) blocks of one pattern, each a
+# decoder layer; MoE at E (sigmoid scores with a selection bias, one group, routed_scaling_factor, renormalized, one
+# ReLU^2 shared expert, non-gated ReLU^2 experts). The published keys (nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16):
+# n_groups 8 (SGLang builds the mixer from mamba_n_groups, default 8: another count is refused by the layout rule),
+# conv_kernel, chunk_size, ...; one MLP block, which the release has none of, so that every block kind is served.
+# Saved by transformers' class (the Hub's tensor names: backbone.*, experts one by one), config.json rewritten as the
+# release spells it (_nemotron_h_as_published). The CPU runtime runs its Mamba-2 mixers with
+# sglang_r3/serving/patches/cpu/mamba2.py.
+_NEMOTRON_H = Family(
+    "nemotron_h", "NemotronHConfig", "NemotronHForCausalLM",
+    dict(_TINY, head_dim=16, hybrid_override_pattern="ME*EM-E", num_hidden_layers=7, intermediate_size=64,
+         moe_intermediate_size=32, moe_shared_expert_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+         n_shared_experts=1, n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+         mamba_num_heads=8, mamba_head_dim=8, n_groups=8, ssm_state_size=16, conv_kernel=4, expand=2, chunk_size=128,
+         mamba_hidden_act="silu", mlp_hidden_act="relu2", use_conv_bias=True, use_bias=False, mlp_bias=False,
+         layer_norm_epsilon=1e-5, rope_theta=10000, partial_rotary_factor=1.0),
+    mlp_of=lambda layer: layer.mixer,
+    experts_topk=lambda c: (c.n_routed_experts, c.num_experts_per_tok),
+    hub_tensors=lambda folder: _nemotron_h_as_published(folder),
+    router_std=0.4,  # sigmoid scores off saturation, as GLM-4.5's (one group)
+    post_init=lambda model: _nemotron_h_time_steps(model),
+    # SGLang keeps a Mamba layer's convolution window in bfloat16 whatever --dtype says (mamba_utils.py
+    # mamba2_state_dtype: SGLANG_MAMBA_CONV_DTYPE, default bfloat16; on CUDA too), so a float32 model's decode
+    # convolves the last width - 1 inputs rounded to bfloat16: served so, 1 to 3 of ~400 sampled (token, layer) pairs
+    # moved (decode logprobs ~1e-4 off transformers', prefill ~5e-7). Served with the window in float32, as --dtype.
+    server_env=_MAMBA_CONV_FLOAT32,
+)
+
+
+def _nemotron_h_time_steps(model) -> None:
+    """Each Mamba head's time-step bias at softplus^-1 of 0.01 .. 0.1 (transformers' init draws the step from
+    [time_step_min, time_step_max] = [0.001, 0.1]). transformers' chunked scan (its prefill, and the oracle's one
+    forward over the whole sequence) clamps the step at time_step_min, its recurrent decode and SGLang's kernels (as
+    Megatron's mixer) do not: a head initialised near 0.001 falls below it for some tokens (dt noise ~0.16 on a bias
+    of -6.6: ~2% of tokens), and the two part there. Kept above it, both compute the same model."""
+    import torch
+
+    for layer in model.model.layers:
+        mixer = layer.mixer
+        if hasattr(mixer, "dt_bias"):
+            steps = torch.linspace(0.01, 0.1, mixer.dt_bias.numel())
+            mixer.dt_bias.copy_(steps + torch.log(-torch.expm1(-steps)))  # softplus^-1
+
+
 FAMILIES: Dict[str, Family] = {
     # GLM-4.5: layer 0 dense (first_k_dense_replace), sigmoid scores with a correction bias, shared expert.
     "glm4_moe": Family(
@@ -287,6 +340,7 @@ FAMILIES: Dict[str, Family] = {
     "deepseek_v32": Family("deepseek_v32", "DeepseekV32Config", "DeepseekV32ForCausalLM",
                            dict(_DSA, n_group=4, topk_group=2), mtp_layers=1),
     "minimax_m2": _MINIMAX_M2,
+    "nemotron_h": _NEMOTRON_H,
     # The same with use_routing_bias false (transformers' class still saves and adds its bias): refused at start-up by
     # the layout rule. Served, 56 of 159 greedy (token, layer) pairs differed: SGLang builds no bias and drops it.
     "minimax_m2_no_routing_bias": replace(
@@ -426,6 +480,7 @@ FAMILIES: Dict[str, Family] = {
         "qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM", _QWEN_HYBRID,
         experts_topk=lambda c: (c.num_experts, c.num_experts_per_tok),
         published=dict(full_attention_interval=2), mtp_layers=1, mtp_format="qwen",
+        server_env=_MAMBA_CONV_FLOAT32,
     ),
     # Qwen3.5-MoE, text-only checkpoint (Qwen3_5MoeForCausalLM): Qwen3-Next's hybrid layers with Qwen3.5's attention
     # (q/k Gemma RMSNorm, interleaved q|gate, M-RoPE) and linear-attention projections; one MTP layer
@@ -435,6 +490,7 @@ FAMILIES: Dict[str, Family] = {
         experts_topk=lambda c: (c.num_experts, c.num_experts_per_tok),
         published=dict(full_attention_interval=2, mtp_num_hidden_layers=1, mtp_use_dedicated_embeddings=False),
         mtp_layers=1, mtp_format="qwen",
+        server_env=_MAMBA_CONV_FLOAT32,
     ),
     # Qwen3.5-MoE as published (Qwen3_5MoeForConditionalGeneration: a one-block vision tower, processor configs), text
     # prompts: the same text model under model.language_model.
@@ -453,6 +509,7 @@ FAMILIES: Dict[str, Family] = {
         published={"full_attention_interval": 2, "mtp_num_hidden_layers": 1, "mtp_use_dedicated_embeddings": False,
                    "vision_config.deepstack_visual_indexes": []},
         mtp_layers=1, mtp_format="qwen",
+        server_env=_MAMBA_CONV_FLOAT32,
     ),
 }
 
@@ -556,6 +613,25 @@ def _kimi_k25_as_published(folder: Path) -> None:
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
 
 
+# Block names transformers 5.19 saves (layers_block_type) -> hybrid_override_pattern's characters.
+_NEMOTRON_H_BLOCKS = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
+
+
+def _nemotron_h_as_published(folder: Path) -> None:
+    """config.json as nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 spells it: the blocks as hybrid_override_pattern and
+    num_hidden_layers (transformers 5.19 writes layers_block_type with its own names, which SGLang 0.5.23's
+    NemotronHConfig refuses: "contains invalid types"), no mtp_layers_block_type (no MTP) and no time_step_limit
+    (neither is published; transformers writes its defaults). The tensors are already the Hub's names."""
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    blocks = cfg.pop("layers_block_type")
+    cfg["hybrid_override_pattern"] = "".join(_NEMOTRON_H_BLOCKS[b] for b in blocks)
+    cfg["num_hidden_layers"] = len(blocks)
+    for key in ("mtp_layers_block_type", "time_step_limit"):
+        cfg.pop(key, None)
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+
+
 def _kimi_k25_processor(folder: Path) -> None:
     """Kimi-K2.5's processor files: transformers' image and video processor configs, the release's media_proc_cfg
     and auto_map (to the stand-in for its remote code, copied beside them), its media tokens in the tokenizer."""
@@ -608,7 +684,8 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
                    + (["extra_files"] if family.extra_files else [])
                    + (["hub_tensors"] if family.hub_tensors else [])
                    + ([family.published, family.mtp_format] if family.published else [])
-                   + (["qwen mtp drafts close"] if family.mtp_format == "qwen" else []), sort_keys=True).encode()
+                   + (["qwen mtp drafts close"] if family.mtp_format == "qwen" else [])
+                   + (["post_init"] if family.post_init else []), sort_keys=True).encode()
     ).hexdigest()[:12]
     out = out or cache_root() / "families" / f"{family.name}-{key}"
     if (out / "config.json").is_file():
@@ -639,6 +716,8 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):  # sigmoid routers' selection bias (GLM, DeepSeek-V3)
                 b.normal_(0.0, family.bias_std)
+        if family.post_init is not None:
+            family.post_init(model)
     model.save_pretrained(str(tmp))
     if nextn:
         _keep_last_layers_as_mtp(tmp, config_class(**_keywords(family, family.config, special)), family)
@@ -931,7 +1010,9 @@ SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": 
                               # the hybrid (linear-attention) families: a bounded state pool, and MTP speculation
                               # on (their MTP layer drafting): main rows against transformers, as GLM-4.7-Flash's
                               **{n: (n, HYBRID_FLAGS + MTP_FLAGS)
-                                 for n in ("qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe")}}
+                                 for n in ("qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe")},
+                              # Nemotron-H: a bounded state pool; no MTP layers (as published)
+                              "nemotron_h": ("nemotron_h", HYBRID_FLAGS)}
 # Servers that run together (a test compares them); one group at a time: an idle CPU server holds
 # ~2-3 GB of host memory, and the suite's own servers run alongside.
 GROUPS: Dict[str, List[str]] = {n: [n] for n in SERVED if n != "qwen3_5_moe_text"}
@@ -964,7 +1045,7 @@ def serve_group(family: str):
     """Start the group's servers together (start-ups overlap), yield them ready, stop them."""
     from tests.servers import ServerProcess
 
-    procs = {n: ServerProcess(server_flags(n)).start() for n in GROUPS[family]}
+    procs = {n: ServerProcess(server_flags(n), env=FAMILIES[SERVERS[n][0]].server_env).start() for n in GROUPS[family]}
     try:
         yield ServedGroup(family, {n: p.wait_ready().url for n, p in procs.items()})
     finally:

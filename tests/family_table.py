@@ -165,6 +165,10 @@ LAYOUT: Dict[str, str] = {
     "Granite-MoE": "every layer MoE",
     "LFM2-MoE": "first `num_dense_layers` dense",
     "AFMoE (Arcee Trinity)": "first `num_dense_layers` dense; without `layer_types` refused",
+    "Nemotron-H (Nemotron-3-Nano)": "one layer per `hybrid_override_pattern` block (Mamba-2, attention, MLP, MoE), MoE at "
+                                    "its `E` blocks; MTP layers, `moe_latent_size`, `n_shared_experts` ≠ 1, "
+                                    "`mlp_hidden_act` ≠ relu2, `mamba_hidden_act` ≠ silu, `mlp_bias`, `sliding_window` "
+                                    "and `n_groups` ≠ `mamba_n_groups` refused",
 }
 
 

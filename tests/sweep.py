@@ -64,6 +64,16 @@ _QWEN35_TEXT = dict(_T, head_dim=32, moe_intermediate_size=32, shared_expert_int
                     rope_parameters={"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
                                      "mrope_section": [2, 1, 1], "mrope_interleaved": True})
 
+# Nemotron-H's published keys (nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 config.json), tiny.
+_NEMOTRON_H = dict(_T, intermediate_size=64, moe_intermediate_size=32, moe_shared_expert_intermediate_size=32,
+                   n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, n_group=1, topk_group=1,
+                   norm_topk_prob=True, routed_scaling_factor=2.5, mamba_num_heads=8, mamba_head_dim=8, n_groups=8,
+                   ssm_state_size=16, conv_kernel=4, expand=2, chunk_size=128, mamba_hidden_act="silu",
+                   mlp_hidden_act="relu2", use_conv_bias=True, use_bias=False, mlp_bias=False, layer_norm_epsilon=1e-5,
+                   mamba_proj_bias=False, mamba_ssm_cache_dtype="float32", residual_in_fp32=False, time_step_min=0.001,
+                   time_step_max=0.1, time_step_floor=0.0001, rope_theta=10000, partial_rotary_factor=1.0,
+                   sliding_window=None, attention_bias=False)
+
 # Tiny configs, per architecture with a rule: (model_type of the config class, values). Values not named
 # take the class defaults.
 SPECS: Dict[str, tuple] = {
@@ -237,6 +247,11 @@ SPECS: Dict[str, tuple] = {
                                        topk_group=1, global_attn_every_n_layers=2, sliding_window=64,
                                        layer_types=["sliding_attention", "full_attention"] * 2, mup_enabled=True,
                                        rope_theta=10000)),
+    # Nemotron-3-Nano: its blocks as hybrid_override_pattern, Mamba-2 and MoE keys as
+    # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 publishes them (n_groups 8, conv_kernel, chunk_size, sigmoid router
+    # with one group, routed_scaling_factor, one shared expert; num_hidden_layers beside the pattern; no MTP), and one
+    # MLP block ('-', which the release has none of) so that every block kind is built.
+    "NemotronHForCausalLM": ("nemotron_h", dict(_NEMOTRON_H, hybrid_override_pattern="ME*EM-E", num_hidden_layers=7)),
     "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
 }
 # Where SGLang builds its own config class and transformers' differently-spelled one is not read as the same model

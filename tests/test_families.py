@@ -72,6 +72,18 @@ layer) pairs of a 60-token prompt moved, from token 8 on: the indexer decides th
 (``test_the_dsa_oracle_sees_the_indexer_once_a_sequence_passes_index_topk``).
 Qwen2-MoE (Qwen1.5-MoE: softmax top-k, no renormalisation, a gated shared expert): the shared expert's gate runs in
 torch on CPU (cpu/gdn.py's hook, both releases).
+Nemotron-3-Nano (``NemotronHForCausalLM``): Mamba-2, attention, MLP and MoE blocks of one hybrid pattern (``ME*EM-E``,
+config.json as nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 spells it: ``hybrid_override_pattern``, ``n_groups`` 8, ...),
+every block a decoder layer, MoE at the E blocks (sigmoid scores with a selection bias, one group, renormalized and
+scaled by ``routed_scaling_factor``, non-gated ReLU^2 experts and a ReLU^2 shared expert). SGLang's CPU path has no
+Mamba-2 kernels (its causal convolutions are unbound on a CPU import of ``mamba.py``, its SSD scan and state update
+Triton), no CPU ``torch.mm`` with ``out_dtype`` for the router and no non-gated ReLU^2 in ``moe_forward_native``: the CPU
+runtime runs them in torch (sglang_r3/serving/patches/cpu/mamba2.py and nemotron_h.py, checked against transformers'
+torch code in tests/test_cpu_mamba2.py). Served with ``SGLANG_MAMBA_CONV_DTYPE=float32``: SGLang keeps a Mamba layer's
+convolution window in bfloat16 whatever ``--dtype`` says (on CUDA too), and with it a float32 model's decode was ~1e-4
+off transformers' logprobs (1 to 3 of ~400 sampled (token, layer) pairs moved). Its time-step biases are kept above
+``time_step_min``: transformers' chunked scan (the oracle's one forward) clamps the step there, SGLang's kernels and
+transformers' own decode do not.
 gpt-oss (softmax over the top-k router logits with a router bias, clamped SwiGLU experts with biases, attention
 sinks, sliding-window layers of 8 tokens alternating with full ones): SGLang asserts an attention backend with sinks
 (torch_native has none) and picks the triton_kernels MoE runner; the CPU runtime adds the sinks to torch_native

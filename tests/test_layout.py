@@ -7,6 +7,7 @@ what SGLang 0.5.23 builds for them, so a routing record's rows line up.
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,17 @@ FAMILIES = {
 }
 
 
+# Hybrid families whose MoE layers follow a per-block pattern: name -> (architecture, MoE layer ids, experts, top-k).
+PATTERN_FAMILIES = {
+    # Nemotron-3-Nano: 52 blocks of MEMEM*EMEMEM*..., MoE at the 23 E blocks (Megatron numbers every block a layer)
+    "nemotron_3_nano_30b_a3b": ("NemotronHForCausalLM", (1, 3, 6, 8, 10, 13, 15, 17, 20, 22, 24, 27, 29, 31, 34, 36,
+                                                        38, 40, 43, 45, 47, 49, 51), 128, 6),
+}
+
+
 def test_every_fixture_names_its_source():
     names = {p.stem for p in CONFIGS.glob("*.json")}
-    assert names == set(FAMILIES)
+    assert names == set(FAMILIES) | set(PATTERN_FAMILIES)
     for name in names:
         assert load(name)["_source"].strip()
 
@@ -81,6 +90,60 @@ def test_expert_dtype_boundary_uses_real_configs():
     assert layout_from_hf_config(load("deepseek_v3")).expert_dtype == "uint8"
     assert layout_from_hf_config(load("qwen3_5_35b_a3b")).expert_dtype == "uint8"
     assert layout_from_hf_config(load("qwen3_next_80b_a3b_instruct")).expert_dtype == "uint16"
+
+
+@pytest.mark.parametrize("name", sorted(PATTERN_FAMILIES))
+def test_published_pattern_layout(name):
+    arch, moe, E, k = PATTERN_FAMILIES[name]
+    layout = layout_from_hf_config(load(name))
+    assert layout.architecture == arch and layout.num_hidden_layers == len(load(name)["hybrid_override_pattern"])
+    assert layout.moe_layer_ids == moe and layout.num_mtp_layers == 0
+    assert all((l.num_experts, l.topk) == (E, k) for l in layout.moe_layers)
+    assert all(l.role == ROLE_DENSE for l in layout.layers if l.id not in moe)
+
+
+def _nemotron(**changes):
+    cfg = {k: v for k, v in load("nemotron_3_nano_30b_a3b").items() if not k.startswith("_")}
+    return {**cfg, **changes}
+
+
+def test_nemotron_h_block_types_in_every_spelling_are_one_layout():
+    # SGLang's pattern string, its layers_block_type names (what its save_pretrained writes) and transformers 5's
+    # (linear_attention / full_attention; SGLang 0.5.23 cannot load those, but a trainer reads them): one layout,
+    # one fingerprint. num_hidden_layers is the pattern's length whatever the file says (both classes).
+    hub = _nemotron()
+    names = {"M": "mamba", "E": "moe", "*": "attention", "-": "mlp"}
+    pattern = hub["hybrid_override_pattern"]
+    sglang = {**{k: v for k, v in hub.items() if k != "hybrid_override_pattern"},
+              "layers_block_type": [names[c] for c in pattern]}
+    hf = {**sglang, "layers_block_type": [{"mamba": "linear_attention", "attention": "full_attention"}.get(t, t)
+                                          for t in sglang["layers_block_type"]], "num_hidden_layers": 7}
+    a, b, c = (layout_from_hf_config(x) for x in (hub, sglang, hf))
+    assert a == b == c and a.fingerprint == b.fingerprint == c.fingerprint
+    # layers_block_type wins over the pattern where both are given (both classes)
+    both = layout_from_hf_config({**hub, "layers_block_type": ["mamba", "moe"]})
+    assert both.num_hidden_layers == 2 and both.moe_layer_ids == (1,)
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers=1"),
+    ({"moe_latent_size": 1024}, "moe_latent_size=1024"),
+    ({"n_shared_experts": 2}, "n_shared_experts=2"),
+    ({"mlp_hidden_act": "silu"}, "mlp_hidden_act='silu'"),
+    ({"mamba_hidden_act": "gelu"}, "mamba_hidden_act='gelu'"),
+    ({"mlp_bias": True}, "mlp_bias=True"),
+    ({"sliding_window": 4096}, "sliding_window=4096"),
+    ({"n_groups": 4}, "n_groups=4 but mamba_n_groups=8"),  # SGLang's mixer takes mamba_n_groups (default 8)
+    ({"layer_types": ["mamba"] * 52}, "layer_types"),
+])
+def test_nemotron_h_configs_sglang_and_transformers_build_differently_are_refused_naming_the_key(change, words):
+    with pytest.raises(LayoutError, match=re.escape(words)):
+        layout_from_hf_config(_nemotron(**change))
+
+
+def test_nemotron_h_mixer_groups_given_in_both_spellings_that_agree_are_served():
+    assert layout_from_hf_config(_nemotron(n_groups=4, mamba_n_groups=4)).moe_layer_ids == \
+        layout_from_hf_config(_nemotron()).moe_layer_ids
 
 
 def test_qwen_linear_attention_layers_are_still_moe():
@@ -191,7 +254,7 @@ def _published(name):
     return {k: v for k, v in load(name).items() if not k.startswith("_")}
 
 
-SERVED_FIXTURES = sorted(n for n in FAMILIES if n != "mimo_7b")  # MiMo's config class is remote code
+SERVED_FIXTURES = sorted(n for n in [*FAMILIES, *PATTERN_FAMILIES] if n != "mimo_7b")  # MiMo's class is remote code
 
 
 @pytest.mark.parametrize("name", SERVED_FIXTURES)
@@ -325,7 +388,7 @@ def test_layout_from_model_path(tmp_path):
 # Fingerprint and wire form -------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+@pytest.mark.parametrize("name", sorted([*FAMILIES, *PATTERN_FAMILIES]))
 def test_fingerprint_is_stable_and_round_trips(name):
     a = layout_from_hf_config(load(name))
     b = layout_from_hf_config(copy.deepcopy(load(name)))

@@ -606,6 +606,96 @@ _GEMMA4_TEXT = Facts(
                   "final_logit_softcapping"),
 )
 
+# Nemotron-H (SGLang's own class, configs/nemotron_h.py; transformers' NemotronHConfig spells some keys otherwise).
+# Block types: SGLang's names ("mamba", "attention", "mlp", "moe"; pattern characters M * - E); transformers 5.19
+# writes "linear_attention" / "full_attention" for the first two (its legacy remap), and SGLang 0.5.23 refuses a
+# file that does (NemotronHConfig._validate_layers_block_type). One spelling in the view: SGLang's.
+_NEMOTRON_H_PATTERN = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+_NEMOTRON_H_NAMES = {"linear_attention": "mamba", "full_attention": "attention", "mamba": "mamba",
+                     "attention": "attention", "mlp": "mlp", "moe": "moe"}
+
+
+def _nemotron_h_types(value: Any, key: str) -> List[str]:
+    if isinstance(value, str):
+        bad = sorted(set(value) - set(_NEMOTRON_H_PATTERN))
+        if bad:
+            raise ConfigError(f"{key}={value!r} has characters {bad} (Nemotron-H blocks are M, *, - and E)")
+        return [_NEMOTRON_H_PATTERN[c] for c in value]
+    out = []
+    for t in value:
+        if t not in _NEMOTRON_H_NAMES:
+            raise ConfigError(f"{key} has a block type {t!r} (Nemotron-H blocks are mamba, attention, mlp, moe)")
+        out.append(_NEMOTRON_H_NAMES[t])
+    return out
+
+
+def _nemotron_h_fields(d: Dict[str, Any]) -> None:
+    """SGLang's NemotronHConfig.__init__, in its order, in one spelling: the layers from layers_block_type, else
+    hybrid_override_pattern (the class default pattern when neither is given), num_hidden_layers their count; the
+    Mamba keywords (mamba_d_conv, mamba_conv_bias) stored under the names the file may also give (conv_kernel,
+    use_conv_bias: given, they win, as the class's kwargs land after its keywords); MTP block types from
+    mtp_hybrid_override_pattern where the list is the default."""
+    pattern = d.pop("hybrid_override_pattern", None)
+    types = d.get("layers_block_type")
+    types = _nemotron_h_types(types, "layers_block_type") if types is not None else (
+        _nemotron_h_types(pattern, "hybrid_override_pattern") if pattern is not None else None)
+    layer_types = d.pop("layer_types", None)  # transformers' alias of layers_block_type; SGLang's class ignores it
+    if layer_types is not None and (types is None or _nemotron_h_types(layer_types, "layer_types") != types):
+        raise ConfigError(
+            f"layer_types={list(layer_types)} (transformers' alias of layers_block_type) disagree with the layers "
+            f"SGLang's NemotronHConfig builds (from layers_block_type / hybrid_override_pattern: {types})"
+        )
+    if types is not None:
+        d["layers_block_type"] = types
+        d["num_hidden_layers"] = len(types)
+    for keyword, stored in (("mamba_d_conv", "conv_kernel"), ("mamba_conv_bias", "use_conv_bias")):
+        value = d.pop(keyword, None)
+        if d.get(stored) is None and value is not None:
+            d[stored] = value
+    # The Mamba mixer's groups are mamba_n_groups (keyword, default 8), its state cache's n_groups (read from the
+    # file's kwargs; transformers reads n_groups, or mamba_n_groups where given): a file where they differ builds
+    # a mixer that does not fit its cache.
+    mixer = d.pop("mamba_n_groups", None)
+    cache = d.get("n_groups")
+    if cache is None:
+        d["n_groups"] = mixer
+    elif mixer is not None and int(mixer) != int(cache):
+        raise ConfigError(
+            f"n_groups={cache} but mamba_n_groups={mixer}: SGLang's NemotronHConfig builds the Mamba mixer with "
+            f"mamba_n_groups (default 8) and its state cache with n_groups"
+        )
+    mtp = d.get("mtp_layers_block_type")
+    mtp = _nemotron_h_types(mtp, "mtp_layers_block_type") if mtp is not None else None
+    mtp_pattern = d.pop("mtp_hybrid_override_pattern", None)
+    if mtp_pattern is not None and mtp in (None, ["attention", "moe"]):
+        mtp = _nemotron_h_types(mtp_pattern, "mtp_hybrid_override_pattern")
+    if mtp is not None:
+        d["mtp_layers_block_type"] = mtp
+
+
+# SGLang's own class (configs/nemotron_h.py); __init__ keyword defaults.
+_NEMOTRON_H = Facts(
+    aliases={},
+    defaults={"attention_bias": False, "head_dim": 128, "hidden_size": 4096,
+              "hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-",
+              "intermediate_size": 21504, "layer_norm_epsilon": 1e-05, "mamba_conv_bias": True, "mamba_d_conv": 4,
+              "mamba_head_dim": 64, "mamba_hidden_act": "silu", "mamba_n_groups": 8, "mamba_num_heads": 128,
+              "max_position_embeddings": 4096, "mlp_bias": False, "mlp_hidden_act": "relu2",
+              "moe_intermediate_size": 7688, "moe_shared_expert_intermediate_size": 7688,
+              "mtp_layers_block_type": ["attention", "moe"], "n_group": 1, "n_routed_experts": 8,
+              "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 32, "num_experts_per_tok": 2,
+              "num_key_value_heads": 8, "num_nextn_predict_layers": 0, "rope_theta": 10000.0,
+              "routed_scaling_factor": 1.0, "ssm_state_size": 128, "tie_word_embeddings": False, "topk_group": 1,
+              "use_bias": False, "vocab_size": 131072},
+    derive=(_kv_heads_default_to_heads, _nemotron_h_fields),
+    # the hybrid blocks, the Mamba-2 mixer's shape and activations, the MLPs' activation and biases, the shared
+    # expert's width and the latent MoE projection (nemotron_h.py and mamba.py read them)
+    routing_keys=("hybrid_override_pattern", "layers_block_type", "mlp_hidden_act", "mlp_bias", "use_bias",
+                  "layer_norm_epsilon", "mamba_hidden_act", "mamba_num_heads", "mamba_head_dim", "ssm_state_size",
+                  "mamba_n_groups", "n_groups", "mamba_d_conv", "conv_kernel", "mamba_conv_bias", "use_conv_bias",
+                  "moe_shared_expert_intermediate_size", "moe_latent_size"),
+)
+
 _OLMOE = Facts(
     aliases={"num_local_experts": "num_experts"},
     defaults={"attention_bias": False, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 2048,
@@ -915,6 +1005,54 @@ def _minimax_m2(v, arch) -> Stack:
     return _every_layer_moe(v, arch)
 
 
+def _nemotron_h(v, arch) -> Stack:
+    """Nemotron-H (nemotron_h.py): one decoder layer per block of layers_block_type / hybrid_override_pattern
+    (Mamba-2, attention, MLP or MoE, as Megatron numbers them), MoE iff the block is "moe" ('E'): a TopK over
+    n_routed_experts (sigmoid scores, e_score_correction_bias, grouped top-k), num_experts_per_tok.
+
+    Refused, naming the key, where SGLang 0.5.23 and transformers' NemotronH build different models, or where
+    sglang-r3 has not proven SGLang's path: num_nextn_predict_layers > 0 (nemotron_h_mtp.py's MTP layers;
+    Nemotron-3-Nano publishes none), moe_latent_size (latent MoE projections), n_shared_experts other than 1
+    (SGLang widens the shared expert by it, transformers builds one of moe_shared_expert_intermediate_size
+    whatever it says), mlp_hidden_act other than relu2 (SGLang's dense and shared MLPs are ReLU^2 whatever it
+    says), mamba_hidden_act other than silu (SGLang's convolution kernels apply silu or nothing), mlp_bias
+    (SGLang's shared expert has no bias), sliding_window (SGLang windows its attention, transformers does not)."""
+    types = v.get("layers_block_type")
+    if types is None:
+        raise RuleError(f"{arch} config is missing 'hybrid_override_pattern' (or 'layers_block_type'), which its "
+                        f"layout rule needs")
+    L = len(types)
+    E = _int(v, "n_routed_experts", arch)
+    k = _int(v, "num_experts_per_tok", arch)
+    n_mtp = _int(v, "num_nextn_predict_layers", arch, default=0)
+    refusals = []
+    if n_mtp:
+        refusals.append(f"num_nextn_predict_layers={n_mtp}: SGLang's Nemotron-H MTP layers (nemotron_h_mtp.py) are "
+                        f"not proven by sglang-r3 (Nemotron-3-Nano publishes none)")
+    if v.get("moe_latent_size") is not None:
+        refusals.append(f"moe_latent_size={v.get('moe_latent_size')!r}: SGLang's latent MoE projections are not "
+                        f"proven by sglang-r3 (Nemotron-3-Nano publishes none)")
+    shared = _int(v, "n_shared_experts", arch)
+    if shared != 1:
+        refusals.append(f"n_shared_experts={shared}: SGLang builds a shared expert "
+                        f"moe_shared_expert_intermediate_size * n_shared_experts wide (none for 0), transformers' "
+                        f"NemotronH one moe_shared_expert_intermediate_size wide")
+    if v.get("mlp_hidden_act") != "relu2":
+        refusals.append(f"mlp_hidden_act={v.get('mlp_hidden_act')!r}: SGLang's dense and shared-expert MLPs are "
+                        f"ReLU^2 whatever it says, transformers' NemotronH applies it")
+    if v.get("mamba_hidden_act") not in ("silu", "swish"):
+        refusals.append(f"mamba_hidden_act={v.get('mamba_hidden_act')!r}: SGLang's causal convolution applies silu "
+                        f"or nothing, transformers' NemotronH applies it")
+    if v.get("mlp_bias"):
+        refusals.append("mlp_bias=True: SGLang's shared expert has no bias, transformers' NemotronH gives it one")
+    if v.get("sliding_window") is not None:
+        refusals.append(f"sliding_window={v.get('sliding_window')!r}: SGLang windows the attention layers by it, "
+                        f"transformers' NemotronH attends to every key")
+    if refusals:
+        raise RuleError(f"{arch}: " + "; ".join(refusals) + "; refusing")
+    return _stack(L, lambda i: types[i] == "moe", E, k)
+
+
 # step3p5_mtp.py builds every MTP layer's block as Step3p5DecoderLayer(layer_id=45) ("FIXME"): each
 # depth reads layer 45's entries of moe_layers_enum / layer_types / swiglu_limits.
 _STEP3P5_MTP_LAYER_ID = 45
@@ -1061,6 +1199,10 @@ FAMILIES: Tuple[Family, ...] = (
     Family("Granite-MoE", {"GraniteMoeForCausalLM": "granitemoe"}, {"granitemoe": _GRANITEMOE}, _every_layer_moe),
     Family("LFM2-MoE", {"Lfm2MoeForCausalLM": "lfm2_moe"}, {"lfm2_moe": _LFM2_MOE}, _lfm2_moe),
     Family("AFMoE (Arcee Trinity)", {"AfmoeForCausalLM": "afmoe"}, {"afmoe": _AFMOE}, _afmoe),
+    # Nemotron-3-Nano (nemotron_h.py): Mamba-2, attention, MLP and MoE blocks of one hybrid pattern, each a
+    # decoder layer; MoE at the pattern's E blocks. No MTP layers (as published; nemotron_h_mtp.py refused).
+    Family("Nemotron-H (Nemotron-3-Nano)", {"NemotronHForCausalLM": "nemotron_h"}, {"nemotron_h": _NEMOTRON_H},
+           _nemotron_h),
     Family("DBRX", {"DbrxForCausalLM": "dbrx"}, refusal=_DBRX_REFUSAL),
     Family("DeepSeek-V4", {"DeepseekV4ForCausalLM": "deepseek_v4"}, refusal=_DEEPSEEK_V4_REFUSAL, mtp=MTP_NEXTN),
     Family("MiMo-V2-Flash", {"MiMoV2FlashForCausalLM": "mimo_v2_flash", "MiMoV2ForCausalLM": "mimo_v2_flash"},

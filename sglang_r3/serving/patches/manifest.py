@@ -377,10 +377,11 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.layers.moe.fused_moe_native.moe_forward_native", "hook:around",
           "CPU only: top-1 experts that weigh their input (Llama 4's apply_router_weight_on_input), which it refuses; "
           "and, with --ep-size N, another rank's experts (id -1) contributing zero, as the CUDA kernel (it scatters "
-          "the -1 ids)",
+          "the -1 ids); and Nemotron-H's non-gated ReLU^2 experts, which it refuses (cpu/nemotron_h.py)",
           "(layer, x, topk_output, moe_runner_config)"),
-    Touch("sglang.srt.layers.moe.moe_runner.base.MoeRunnerConfig", "reads", "whether experts weigh their input",
-          attrs=("apply_router_weight_on_input",)),
+    Touch("sglang.srt.layers.moe.moe_runner.base.MoeRunnerConfig", "reads",
+          "whether experts weigh their input; their activation, gating and routed scaling factor (CPU only)",
+          attrs=("apply_router_weight_on_input", "activation", "is_gated", "routed_scaling_factor")),
     Touch(f"{_TOPK}.StandardTopKOutput", "reads", "the router weights and expert ids handed to the experts",
           attrs=("topk_weights", "topk_ids", "_replace")),
     Touch("sglang.srt.layers.layernorm.RMSNorm", "reads", "Llama 4's q/k norm epsilon", attrs=("variance_epsilon",)),
@@ -521,6 +522,51 @@ MANIFEST: Tuple[Touch, ...] = (
           "CPU only: the shared expert's sigmoid gate added to the routed output in torch (a Triton kernel but on "
           "AMX CPUs and NPUs; Qwen2-MoE, Qwen3-Next, Qwen3.5)",
           "(hidden_states, gate_weight, shared_output, final_hidden_states)"),
+    # -- CPU runtime, Mamba-2 (Nemotron-H; patches/cpu/mamba2.py) ------------------------------------------------
+    Touch("sglang.srt.layers.attention.mamba.mamba.MambaMixer2.forward", "hook:around",
+          "CPU only: the mixer's six kernel names (mamba.py's module globals) bound to torch versions for the call: "
+          "the causal convolutions (unbound on a CPU import: NameError) and the SSD scan and state update (Triton)",
+          "(self, kw:hidden_states, kw:output=None, kw:layer_cache, kw:metadata, kw:mup_vector=None, "
+          "kw:use_triton_causal_conv=False)", R23),
+    Touch("sglang.srt.layers.attention.mamba.mamba.mamba_chunk_scan_combined", "swaps",
+          "CPU only, during MambaMixer2.forward: the SSD scan over each prefill sequence in torch (a Triton kernel)",
+          "(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None, seq_idx=None, "
+          "chunk_indices=None, chunk_offsets=None, cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, inf), out=None, "
+          "return_final_states=False, return_varlen_states=False, return_intermediate_states=False, state_dtype=None, "
+          "return_track_states=False, track_seq_idx=None, track_end_locs=None)", R23),
+    Touch("sglang.srt.layers.attention.mamba.mamba.selective_state_update", "swaps",
+          "CPU only, during MambaMixer2.forward: the decode step's state update in torch (a Triton kernel)",
+          "(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None, "
+          "pad_slot_id=-1, out=None, disable_state_update=False, intermediate_states_buffer=None, cache_steps=None, "
+          "retrieve_parent_token=None, intermediate_state_indices=None)", R23),
+    Touch("sglang.kernels.ops.mamba.causal_conv1d_triton.causal_conv1d_fn", "swaps",
+          "CPU only, during MambaMixer2.forward: bound as mamba.py's causal_conv1d_fn_triton / causal_conv1d_fn (a "
+          "CUDA import binds this Triton function there, a CPU import nothing); the prefill convolution in torch, "
+          "taking this signature", "(x, weight, bias, conv_states, query_start_loc, seq_lens_cpu, cache_indices=None, "
+          "has_initial_state=None, activation='silu', pad_slot_id=-1, validate_data=False, block_table=None, "
+          "**kwargs)", R23),
+    Touch("sglang.kernels.ops.mamba.causal_conv1d_triton.causal_conv1d_update", "swaps",
+          "CPU only, during MambaMixer2.forward: bound as mamba.py's causal_conv1d_update_triton / "
+          "causal_conv1d_update, likewise; the decode convolution in torch (no verify windows: MTP refused)",
+          "(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None, conv_state_indices=None, "
+          "num_accept_tokens=None, intermediate_conv_window=None, intermediate_state_indices=None, "
+          "retrieve_next_token=None, retrieve_next_sibling=None, retrieve_parent_token=None, pad_slot_id=-1, "
+          "metadata=None, validate_data=False)", R23),
+    Touch("sglang.srt.layers.attention.mamba.mamba2_metadata.Mamba2Metadata", "reads",
+          "whether a forward tracks Mamba states for the radix cache (refused on the CPU runtime)",
+          attrs=("has_mamba_track_mask",), releases=R23),
+    # -- CPU runtime, Nemotron-H's MoE block (patches/cpu/nemotron_h.py) -----------------------------------------
+    Touch("sglang.srt.models.nemotron_h.NemotronHMoE._forward_core_normal", "hook:around",
+          "CPU only: the router logits as a float32 product (torch.mm with out_dtype is CUDA only), then the same "
+          "steps: shared expert, TopK (the capture site), experts", "(self, hidden_states)", R23),
+    Touch("sglang.srt.layers.quantization.unquant.UnquantizedFusedMoEMethod.create_weights", "reads",
+          "CPU only: registers the w13_weight [experts, intermediate, hidden] (non-gated: the up projection alone) and "
+          "w2_weight [experts, hidden, intermediate] parameters on the FusedMoE, which cpu/nemotron_h.py's ReLU^2 "
+          "experts read by name (get_parameter)", "(self, layer, num_experts, hidden_size, intermediate_size_per_partition, "
+          "params_dtype, with_bias=False, **extra_weight_attrs)", R23),
+    Touch("sglang.srt.models.nemotron_h.NemotronHMoE", "reads", "the MoE block's router, shared expert and experts",
+          attrs=("gate", "shared_experts", "topk", "use_latent_moe", "_apply_fc1_latent_proj", "experts"),
+          releases=R23),
     # -- CPU runtime, MiniMax-M2's QK norm (patches/cpu/minimax_m2.py) ---------------------------------------------
     Touch("sglang.srt.models.minimax_m2.rms_sumsq_serial", "hook:around",
           "CPU only: the q and k rows' sums of squares in torch (a Triton kernel that asserts CUDA tensors)",

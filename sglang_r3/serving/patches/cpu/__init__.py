@@ -30,6 +30,10 @@
    its CPU path asserts a deepseek_yarn scaling.
 13. gemma4: Gemma-4's router normalises with its fused input scale (the CPU norm path skipped it), and its start-up
    assertion counts torch_native as the CPU attention backend.
+14. mamba2: Mamba-2 mixers (Nemotron-H) with torch versions of their causal convolutions (unbound on a CPU import),
+   SSD scan and state update (Triton), bound for the mixer's forward.
+15. nemotron_h: Nemotron-H's MoE block: its router logits without torch.mm's CUDA-only out_dtype, its non-gated
+   ReLU^2 experts (which moe_forward_native refuses) with the routed scaling factor, as the CUDA Triton runner.
 Everything is skipped when CUDA is available; installing twice is a no-op.
 """
 
@@ -60,8 +64,8 @@ def install_cpu_patches() -> None:
     from sglang_r3.serving.patches.hooks import register
     from sglang_r3.serving.patches.cpu.cuda_shims import install_cuda_shims, install_host_alloc_shim
     from sglang_r3.serving.patches.cpu.spec_ops import register_spec_ops
-    from sglang_r3.serving.patches.cpu import (cuda_shims, dsa, expert_parallel, gemma4, gpt_oss, llama4, minimax_m2,
-                                               ranks, rope)
+    from sglang_r3.serving.patches.cpu import (cuda_shims, dsa, expert_parallel, gemma4, gpt_oss, llama4, mamba2,
+                                               minimax_m2, nemotron_h, ranks, rope)
 
     install_cuda_shims()
     install_host_alloc_shim()
@@ -75,7 +79,8 @@ def install_cpu_patches() -> None:
     if is_0_5_15():  # 0.5.15 sends no speculative kernel to the CPU (cpu/eagle_0_5_15.py)
         from sglang_r3.serving.patches.cpu import eagle_0_5_15 as eagle
     around = (HOOKS + ranks.hooks() + llama4.HOOKS + expert_parallel.HOOKS + cuda_shims.hooks() + gdn.hooks(is_0_5_15())
-              + minimax_m2.HOOKS + gpt_oss.hooks() + dsa.hooks() + rope.HOOKS + gemma4.hooks(is_0_5_15()))
+              + minimax_m2.HOOKS + gpt_oss.hooks() + dsa.hooks() + rope.HOOKS + gemma4.hooks(is_0_5_15())
+              + (mamba2.HOOKS + nemotron_h.HOOKS if not is_0_5_15() else []))  # SGLang 0.5.23 only
     for target, hook in around + (eagle.hooks() if eagle else []):
         register(target, hook, HookType.AROUND)  # binds or names the target (patches/hooks.py)
     ranks.add_seq_len_fill_value()
