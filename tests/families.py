@@ -186,6 +186,8 @@ _QWEN3_VL_MOE = Family(
                            spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=text["hidden_size"],
                            num_position_embeddings=64, deepstack_visual_indexes=[])),
     layers_of=lambda m: list(m.model.language_model.layers),
+    # a sampled image / video placeholder with no pixels behind it: transformers finds no features for it
+    not_sampled=(QWEN_VISION_IDS["image_token_id"], QWEN_VISION_IDS["video_token_id"]),
     experts_topk=lambda c: (c.text_config.num_experts, c.text_config.num_experts_per_tok),
     extra_files=lambda folder: _qwen_vl_processors(folder, patch_size=16, merge_size=2, temporal_patch_size=2),
     hub_tensors=lambda folder: _transpose_fused_experts(folder),
@@ -411,6 +413,8 @@ FAMILIES: Dict[str, Family] = {
         layers_of=lambda m: list(m.model.language_model.layers),
         experts_topk=lambda c: (c.text_config.n_routed_experts, c.text_config.num_experts_per_tok),
         extra_files=lambda folder: _glm4v_processors(folder),
+        # a sampled image / video placeholder with no pixels behind it: transformers finds no features for it
+        not_sampled=(GLM_VISION_IDS["image_token_id"], GLM_VISION_IDS["video_token_id"]),
         router_std=0.4,  # sigmoid scores off saturation, as GLM-4.5's
     ),
     # Kimi-K2.5 as the Hub ships it (moonshotai/Kimi-K2.5): DeepSeek-V3's text model (MLA, YaRN, sigmoid top-k with a
@@ -502,6 +506,8 @@ FAMILIES: Dict[str, Family] = {
                                spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=text["hidden_size"],
                                num_position_embeddings=64)),
         layers_of=lambda m: list(m.model.language_model.layers),
+        # a sampled image / video placeholder with no pixels behind it: transformers finds no features for it
+        not_sampled=(QWEN_VISION_IDS["image_token_id"], QWEN_VISION_IDS["video_token_id"]),
         experts_topk=lambda c: (c.text_config.num_experts, c.text_config.num_experts_per_tok),
         extra_files=lambda folder: _qwen_vl_processors(folder, patch_size=16, merge_size=2, temporal_patch_size=2),
         # The releases' vision_config says no deepstack; transformers' Qwen3.5 vision config neither takes nor saves
