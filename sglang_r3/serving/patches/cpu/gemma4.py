@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from sglang_r3.serving.patches.cpu.gpt_oss import architecture, as_cpu_backend
 from sglang_r3.serving.patches.swap import swapped
 
 _ARCHITECTURES = ("Gemma4ForConditionalGeneration",)
@@ -41,25 +42,12 @@ def _router_around(original, self, x):
     return logits
 
 
-def _as_cpu_backend(backends_of):
-    def attention_backends_of(view):
-        return tuple("intel_amx" if b == "torch_native" else b for b in backends_of(view))
-
-    return attention_backends_of
-
-
 def _adjustments_around(original, server_args):
     from sglang.srt.arg_groups import model_hook
 
-    from sglang_r3.serving.patches.release import model_config_of
-
-    try:
-        arch = model_config_of(server_args).hf_config.architectures[0]
-    except Exception:  # noqa: BLE001 -- no readable config: SGLang's own call reports it
-        arch = None
-    if arch not in _ARCHITECTURES:
+    if architecture(server_args) not in _ARCHITECTURES:
         return original(server_args)
-    with swapped(model_hook, "attention_backends_of", _as_cpu_backend(model_hook.attention_backends_of)):
+    with swapped(model_hook, "attention_backends_of", as_cpu_backend(model_hook.attention_backends_of)):
         return original(server_args)
 
 

@@ -69,7 +69,10 @@ def _with_sinks(original, self, q, k, v, layer, forward_batch, save_kv_cache=Tru
         _SINKS.reset(token)
 
 
-def _backends_with_sinks(backends_of):
+def as_cpu_backend(backends_of):
+    """SGLang's ``attention_backends_of`` answering torch_native as ``intel_amx``, the CPU backend the per-architecture
+    assertions list (used, for one call, where torch_native is proven to run the model's attention: here and
+    cpu/gemma4.py)."""
     def attention_backends_of(view):
         return tuple("intel_amx" if b == "torch_native" else b for b in backends_of(view))
 
@@ -86,9 +89,9 @@ def _adjustments_around(original, server_args):
         from sglang.srt.arg_groups import overrides as owner
     else:
         from sglang.srt.arg_groups import model_hook as owner
-    if _architecture(server_args) != _GPT_OSS:
+    if architecture(server_args) != _GPT_OSS:
         return original(server_args)
-    with swapped(owner, "attention_backends_of", _backends_with_sinks(owner.attention_backends_of)):
+    with swapped(owner, "attention_backends_of", as_cpu_backend(owner.attention_backends_of)):
         return original(server_args)
 
 
@@ -96,7 +99,7 @@ def _no_triton_kernels(original):
     return torch.cuda.is_available() and original()
 
 
-def _architecture(server_args) -> Optional[str]:
+def architecture(server_args) -> Optional[str]:
     from sglang_r3.serving.patches.release import model_config_of
 
     try:
