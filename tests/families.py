@@ -907,6 +907,13 @@ def dense_or_moe(model) -> List[str]:
     return ["moe" if fam.is_moe_module(fam.mlp_of(layer)) else "dense" for layer in decoder_layers(model)]
 
 
+# How far (in router logits) a float32 near tie may sit for RouterTrace.near_tie: the few (token, layer) pairs of a
+# sampled completion where SGLang's and transformers' op orders pick different experts of (almost) equal score.
+NEAR_TIE_LOGIT = 1e-4
+# At most this many near ties per response, each named in the failure message of the comparison that allowed it.
+NEAR_TIES_PER_RESPONSE = 2
+
+
 class RouterTrace:
     """Forward hooks on transformers' own routers: the top-k expert ids each MoE layer chose per token.
 
@@ -921,6 +928,9 @@ class RouterTrace:
     def __init__(self, model):
         self.model = model
         self.rows: Dict[int, List[np.ndarray]] = {}
+        self._inputs: Dict[int, List[Any]] = {}  # a router module's hidden-state input, per call (near_tie)
+        self._gates: Dict[int, Any] = {}
+        self._probing = False
         self._undo: List[Callable[[], None]] = []
         fam = family_of_model(model)
         for i, layer in enumerate(decoder_layers(model)):
@@ -936,14 +946,47 @@ class RouterTrace:
             else:
                 h = mlp.gate.register_forward_hook(self._module_hook(i))
                 self._undo.append(h.remove)
+                self._gates[i] = mlp.gate
 
     def _record(self, i, indices):
         self.rows.setdefault(i, []).append(indices.detach().reshape(-1, indices.shape[-1]).cpu().numpy())
 
     def _module_hook(self, i):
         def hook(module, args, out):
+            if self._probing:  # near_tie's own call
+                return
             self._record(i, out[-1] if isinstance(out, tuple) else out)
+            self._inputs.setdefault(i, []).append(args[0].detach().reshape(-1, args[0].shape[-1]).clone())
         return hook
+
+    def near_tie(self, column: int, token: int, chosen, delta: float = NEAR_TIE_LOGIT) -> bool:
+        """Whether transformers' own router, from the last ``topk`` forward, picks ``chosen`` at (token, MoE layer
+        column) once its logits move by at most ``delta``: up for the experts only ``chosen`` has, down for those
+        only transformers chose. The move is made on the router's input (the least-squares hidden-state change
+        that shifts the logits so), so grouping, bias and scoring stay the router's own code. A float32 near tie
+        that another op order decides is one; a wrong row is not. Routers read another way: never."""
+        import torch
+
+        layer = sorted(self.rows)[column]
+        gate = self._gates.get(layer)
+        weight = getattr(gate, "weight", None)
+        if gate is None or weight is None or weight.dim() != 2:
+            return False
+        hidden = torch.cat(self._inputs[layer])[token]
+        mine = set(np.concatenate(self.rows[layer])[token].tolist())
+        theirs = {int(e) for e in chosen}
+        shift = torch.zeros(weight.shape[0], dtype=torch.float64)
+        shift[sorted(theirs - mine)] = delta
+        shift[sorted(mine - theirs)] = -delta
+        move = torch.linalg.lstsq(weight.detach().double(), shift[:, None]).solution[:, 0]
+        self._probing = True
+        try:
+            with torch.no_grad():
+                out = gate((hidden.double() + move).to(hidden.dtype)[None])
+        finally:
+            self._probing = False
+        picked = out[-1] if isinstance(out, tuple) else out
+        return set(picked.reshape(-1).tolist()) == theirs
 
     def _wrap_method(self, i, mlp):
         original = mlp.route_tokens_to_experts
@@ -962,6 +1005,7 @@ class RouterTrace:
         import torch
 
         self.rows.clear()
+        self._inputs.clear()
         with torch.no_grad():
             self.model(torch.tensor([token_ids]), **inputs)
         layers = sorted(self.rows)

@@ -125,8 +125,8 @@ import numpy as np
 import pytest
 
 from sglang_r3.core.layout import ROLE_DENSE, ROLE_MOE, ROLE_MTP, LayoutError, layout_from_model_path
-from tests.families import (FAMILIES, GROUPS, IMAGE_FAMILIES, Family, RouterTrace, build, dense_or_moe,
-                            load_transformers, serve_group)
+from tests.families import (FAMILIES, GROUPS, IMAGE_FAMILIES, NEAR_TIE_LOGIT, NEAR_TIES_PER_RESPONSE, Family,
+                            RouterTrace, build, dense_or_moe, load_transformers, serve_group)
 from tests.routing_http import fetch_layout, generate, record_of
 
 pytestmark = pytest.mark.server
@@ -216,7 +216,7 @@ def _check_rows(name, url, oracles, mode):
         T = len(tokens)
         assert len(out["output_ids"]) >= 1
         want = trace.topk(tokens)[: T - 1]  # the last token was never an input
-        got = _compare_rows(name, mode, url, out, want, T)
+        got = _compare_rows(name, mode, url, out, want, T, trace)
         pairs += got.shape[0] * got.shape[1]
     assert pairs > 0
 
@@ -259,25 +259,63 @@ def test_image_prompt_rows_are_transformers_router_topk(served, oracles, mode):
             [enc["mm_token_type_ids"], torch.zeros(1, len(out["output_ids"]), dtype=torch.long)], dim=1)
     trace = oracles(name)
     want = trace.topk(tokens, **pixels)[: len(tokens) - 1]
-    got = _compare_rows(name, mode, served.url, out, want, len(tokens))
+    got = _compare_rows(name, mode, served.url, out, want, len(tokens), trace)
     # The pixels reached the rows: the same ids without the image (its pads embedded as plain tokens) route otherwise.
     assert (trace.topk(tokens)[: len(tokens) - 1] != got).any()
 
 
-def _compare_rows(name, mode, url, out, want, T) -> np.ndarray:
+def _assert_router_topk(what, trace, got, want):
+    """``got`` (sorted rows) is ``want``, transformers' router top-k from ``trace``'s last forward, but for at most
+    NEAR_TIES_PER_RESPONSE pairs that are float32 near ties in transformers' own router (RouterTrace.near_tie): a
+    sampled completion meets one now and then, and SGLang's op order may decide it the other way."""
+    mismatch = [tuple(m) for m in np.argwhere((got != want).any(axis=-1)).tolist()]
+    ties = [(t, c) for t, c in mismatch if trace.near_tie(c, t, got[t, c])]
+    wrong = [m for m in mismatch if m not in ties]
+    assert not wrong and len(ties) <= NEAR_TIES_PER_RESPONSE, (
+        f"{what}: {len(mismatch)} of {got.shape[0] * got.shape[1]} (token, MoE layer) pairs differ from "
+        f"transformers, first at (token, layer column) {wrong[:5]}; near ties within {NEAR_TIE_LOGIT} of a logit "
+        f"({len(ties)}, at most {NEAR_TIES_PER_RESPONSE} allowed): {ties[:5]}"
+    )
+
+
+@pytest.mark.fast  # transformers only
+@pytest.mark.parametrize("name", ["glm4_moe_lite", "qwen3_moe"])
+def test_a_near_tie_is_what_transformers_router_picks_with_logits_moved_by_at_most_delta(name):
+    """RouterTrace.near_tie, which lets a few sampled pairs differ: its own pick is one at no move; the expert with
+    the lowest logit swapped in is none within NEAR_TIE_LOGIT, and is one once the move is large enough."""
+    import torch
+
+    torch.set_num_threads(1)
+    trace = RouterTrace(load_transformers(build(FAMILIES[name])))
+    try:
+        tokens = list(PROMPTS[0].encode())
+        want = trace.topk(tokens)
+        token, column = 5, want.shape[1] - 1
+        own = want[token, column]
+        assert trace.near_tie(column, token, own, delta=0.0)
+        layer = sorted(trace.rows)[column]
+        assert len(trace.rows[layer]) == 1  # near_tie's own calls are not recorded
+        gate = trace._gates[layer]
+        with torch.no_grad():
+            logits = gate(torch.cat(trace._inputs[layer])[token][None])[0][0]
+        lowest = min((e for e in range(logits.shape[0]) if e not in own), key=lambda e: float(logits[e]))
+        swapped = np.sort(np.array([*own[:-1], lowest]))
+        assert not trace.near_tie(column, token, swapped)
+        assert trace.near_tie(column, token, swapped, delta=50.0)  # within softmax's and sigmoid's float32 range
+    finally:
+        trace.close()
+
+
+def _compare_rows(name, mode, url, out, want, T, trace) -> np.ndarray:
     """Our record and upstream's routed_experts for one response against ``want`` ([T - 1, MoE layers, top-k],
-    sorted); returns our rows, sorted."""
+    sorted: ``trace``'s last forward); returns our rows, sorted."""
     layout = fetch_layout(url)
     moe_cols = list(layout.moe_layer_ids)
     dense_cols = [l.id for l in layout.layers if l.role == ROLE_DENSE]
     record = record_of(out)
     assert record.experts.shape == (T - 1, len(moe_cols), layout.topk) and record.start == 0
     got = np.sort(record.experts.astype(np.int64), axis=-1)
-    mismatch = np.argwhere((got != want).any(axis=-1))
-    assert mismatch.size == 0, (
-        f"{name}/{mode}: {len(mismatch)} of {got.shape[0] * got.shape[1]} (token, MoE layer) pairs differ "
-        f"from transformers, first at (token, layer column) {mismatch[:5].tolist()}"
-    )
+    _assert_router_topk(f"{name}/{mode}", trace, got, want)
     upstream = _upstream_rows(out["meta_info"]["routed_experts"], T, layout.num_hidden_layers, layout.topk)
     np.testing.assert_array_equal(np.sort(upstream[:, moe_cols], axis=-1), got)
     assert not upstream[:, dense_cols].any()
@@ -415,7 +453,7 @@ def _check_spec_outputs(trace, layout, prompts, outs):
         tokens = prompt + list(out["output_ids"])
         rec = record_of(out)
         got = np.sort(rec.experts.astype(np.int64), axis=-1)
-        np.testing.assert_array_equal(got, trace.topk(tokens)[:-1])
+        _assert_router_topk("speculation on", trace, got, trace.topk(tokens)[:-1])
         upstream = _upstream_rows(out["meta_info"]["routed_experts"], len(tokens), layout.num_hidden_layers,
                                   layout.topk)
         np.testing.assert_array_equal(np.sort(upstream[:, list(layout.moe_layer_ids)], axis=-1), got)

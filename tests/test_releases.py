@@ -27,12 +27,15 @@ pytestmark = [pytest.mark.sglang, pytest.mark.release]  # release: also proven o
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The runtime check in a fresh process: SGLang's modules need the CPU runtime on a host without a GPU.
+# The runtime check in a fresh process: SGLang's modules need the CPU runtime on a host without a GPU (and the
+# torch ops its CPU-path modules read at import), as a server has them.
 RUNTIME = """
 import json, sys
 from sglang_r3.dev.cpu import activate_cpu_runtime, has_gpu
 if not has_gpu():
     activate_cpu_runtime()
+    from sglang_r3.serving.patches.cpu import register_torch_ops
+    register_torch_ops()
 from sglang_r3.serving.patches import manifest
 print("RESULT" + json.dumps({r: manifest.check(release=r) for r in sys.argv[1:]}))
 """

@@ -56,6 +56,7 @@ class Mod:
 class Cls:
     mod: str
     node: ast.ClassDef
+    scope: Optional["Cls"] = None  # the class it is written in: its body's names come before the module's
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,14 +117,22 @@ class Source:
     def bindings(self, mod: str) -> dict:
         """name -> the statement that binds it at module level. An unconditional binding replaces an earlier
         one; a conditional one (if / try / with) only fills a name not yet bound (the first branch: the import
-        that works, not its fallback)."""
+        that works, not its fallback). A name bound unconditionally and then again under an ``if`` is the
+        host's to pick (``if is_cpu(): f = f_cpu``): it is not read statically."""
         if mod in self._bindings:
             return self._bindings[mod]
         out: dict = {}
         stars: List[str] = []
 
+        unconditional: set = set()
+
         def bind(name, what, conditional):
-            if not conditional or name not in out:
+            if not conditional:
+                out[name] = what
+                unconditional.add(name)
+            elif conditional == "if" and name in unconditional:
+                out[name] = (_PER_HOST,)
+            elif name not in out:
                 out[name] = what
 
         def walk(body, conditional):
@@ -150,8 +159,8 @@ class Source:
                         bind(a.asname or a.name.split(".")[0], ("import", a.name if a.asname else a.name.split(".")[0]),
                              conditional)
                 elif isinstance(s, ast.If):
-                    walk(s.body, True)
-                    walk(s.orelse, True)
+                    walk(s.body, "if")
+                    walk(s.orelse, "if")
                 elif isinstance(s, ast.Try):
                     walk(s.body, True)
                     walk(s.orelse, True)
@@ -258,6 +267,8 @@ class Source:
             if found is None and self.exists(f"{base}.{name}"):
                 return Mod(f"{base}.{name}")
             return found
+        if isinstance(what, tuple) and what[0] == _PER_HOST:
+            return Ext(_PER_HOST)
         if isinstance(what, tuple) and what[0] == "import":
             return Mod(what[1]) if what[1].startswith("sglang") else Ext(what[1])
         if isinstance(what, tuple):  # one name of a, b = ...: its value is not spelled out
@@ -307,7 +318,16 @@ class Source:
 
     # classes
     def bases(self, cls: Cls) -> List[Obj]:
-        return [b for b in (self.expr(cls.mod, e) for e in cls.node.bases) if b is not None]
+        return [b for b in (self._base(cls, e) for e in cls.node.bases) if b is not None]
+
+    def _base(self, cls: Cls, node: ast.expr) -> Optional[Obj]:
+        # A nested class's base written as a name of the class around it (``class S(State)`` in MambaPool's
+        # body) is that class's; any other name is the module's.
+        if isinstance(node, ast.Name) and cls.scope is not None:
+            own = self._own(cls.scope, node.id, _HOPS)
+            if own is not None:
+                return own
+        return self.expr(cls.mod, node)
 
     def mro(self, cls: Cls) -> List[Obj]:
         """The class and its bases, depth first, each kept at its last place (as C3 orders simple hierarchies);
@@ -366,7 +386,7 @@ class Source:
                          "property" if any(d.endswith("property") for d in decos) else "function")
                 found = Fn(cls.mod, s, bound)
             elif isinstance(s, ast.ClassDef) and s.name == name:
-                found = Cls(cls.mod, s)
+                found = Cls(cls.mod, s, scope=cls)
             elif isinstance(s, ast.Assign) and any(name in _names(t) for t in s.targets):
                 found = self._class_value(cls, s.value, hops)
             elif isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and s.target.id == name:
@@ -511,6 +531,7 @@ class Source:
 
 _MISSING = object()
 _SET_AT_IMPORT = "<set at import>"
+_PER_HOST = "<picked at import by the host>"
 _BUILTINS = set(dir(builtins))
 
 
@@ -557,9 +578,28 @@ def _literal(node: Optional[ast.expr], missing=None):
     if node is None:
         return missing
     try:
-        return ast.literal_eval(node)
+        return ast.literal_eval(_float_calls(node))
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return missing
+
+
+class _FloatCalls(ast.NodeTransformer):
+    """``float("inf")`` / ``float("-inf")`` / ``float("nan")`` as constants (inspect shows ``inf``)."""
+
+    def visit_Call(self, node: ast.Call):
+        if (isinstance(node.func, ast.Name) and node.func.id == "float" and len(node.args) == 1 and not node.keywords
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            try:
+                return ast.copy_location(ast.Constant(float(node.args[0].value)), node)
+            except ValueError:
+                return node
+        return self.generic_visit(node)
+
+
+def _float_calls(node: ast.expr) -> ast.expr:
+    import copy
+
+    return _FloatCalls().visit(copy.deepcopy(node))
 
 
 def _kwarg(call: ast.Call, name: str) -> Optional[ast.expr]:
@@ -714,6 +754,8 @@ def _set_at_import(obj: Optional[Obj]) -> bool:
 
 def _what(obj: Obj) -> str:
     if isinstance(obj, Ext):
+        if obj.name == _PER_HOST:
+            return "bound again under an if at import: the host picks which"
         return "set at import" if obj.name == _SET_AT_IMPORT else f"from {obj.name}"
     if isinstance(obj, Cls):
         return "the class gains names at import"

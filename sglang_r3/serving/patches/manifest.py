@@ -778,13 +778,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     if not has_gpu():  # sgl-kernel's modules need the libcuda stand-in to import on a CPU host
         activate_cpu_runtime()
-        # and, as a CPU server registers them first (cpu/__init__.py), the torch ops SGLang's CPU-path modules
-        # read at import (gdn_backend's verify kernel, models/qwen3_5.py)
-        from sglang_r3.serving.patches.cpu.gdn import register_gdn_ops
-        from sglang_r3.serving.patches.cpu.spec_ops import register_spec_ops
+        # and, as a CPU server registers them first, the torch ops SGLang's CPU-path modules read at import
+        from sglang_r3.serving.patches.cpu import register_torch_ops
 
-        register_spec_ops()
-        register_gdn_ops()
+        register_torch_ops()
     release = in_force()
     bad = check(release=release)
     for target, why in bad:

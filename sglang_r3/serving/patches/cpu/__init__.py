@@ -52,6 +52,16 @@ def _on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
+def register_torch_ops() -> list:
+    """The torch versions of the sgl-kernel CPU ops the CUDA wheel lacks, registered before SGLang's CPU-path
+    modules import (gdn_backend and models/qwen3_5 read some at import); the names added. Idempotent: a
+    server does this at install, the manifest's check before it resolves those modules."""
+    from sglang_r3.serving.patches.cpu import gdn
+    from sglang_r3.serving.patches.cpu.spec_ops import register_spec_ops
+
+    return register_spec_ops() + gdn.register_gdn_ops()  # gdn: Qwen3-Next / Qwen3.5's linear attention
+
+
 def install_cpu_patches() -> None:
     global _installed
     if _installed or not _on_cpu():
@@ -63,16 +73,12 @@ def install_cpu_patches() -> None:
     from sglang_r3.serving.patches.cpu.attention import HOOKS
     from sglang_r3.serving.patches.hooks import register
     from sglang_r3.serving.patches.cpu.cuda_shims import install_cuda_shims, install_host_alloc_shim
-    from sglang_r3.serving.patches.cpu.spec_ops import register_spec_ops
-    from sglang_r3.serving.patches.cpu import (cuda_shims, dsa, expert_parallel, gemma4, gpt_oss, llama4, mamba2,
-                                               minimax_m2, nemotron_h, ranks, rope)
+    from sglang_r3.serving.patches.cpu import (cuda_shims, dsa, expert_parallel, gdn, gemma4, gpt_oss, llama4,
+                                               mamba2, minimax_m2, nemotron_h, ranks, rope)
 
     install_cuda_shims()
     install_host_alloc_shim()
-    added = register_spec_ops()
-    from sglang_r3.serving.patches.cpu import gdn
-
-    added += gdn.register_gdn_ops()  # Qwen3-Next / Qwen3.5's linear attention (cpu/gdn.py)
+    added = register_torch_ops()
     from sglang_r3.serving.patches.release import is_0_5_15
 
     eagle = None

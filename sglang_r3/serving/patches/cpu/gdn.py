@@ -438,7 +438,17 @@ def hooks(on_0_5_15: bool):
         return [(_SHARED_GATE_TARGET, _shared_gate_around)]
     return [(_NORM_TARGET, _gated_norm_around), (_NORM_GROUPED_TARGET, _grouped_norm_around),
             (_SHARED_GATE_TARGET, _shared_gate_around), (_LAYER_TARGET, _layer_init_around),
-            (_CONV_UPDATE_TARGET, _conv_update_around), (_SCATTER_TARGET, _scatter_around)]
+            (_SCATTER_TARGET, _scatter_around)] + ([(_CONV_UPDATE_TARGET, _conv_update_around)] if _binds_cpu_wrapper() else [])
+
+
+def _binds_cpu_wrapper() -> bool:
+    """Whether gdn_backend binds ``causal_conv1d_update`` to sgl-kernel's CPU wrapper in this process: it does where
+    SGLang's (cached) ``is_cpu()`` held. A launching process that asked it before the CPU runtime was prepared
+    (``python -m sglang.launch_server`` on a CPU host) binds the Triton kernel, which takes the verify keywords
+    itself and runs no forward there; the scheduler processes it starts inherit the CPU engine and bind the wrapper."""
+    from sglang.srt.utils import is_cpu
+
+    return is_cpu()
 
 
 # name -> (schema, implementation): the arguments as SGLang's wrappers and call sites pass them.
