@@ -29,6 +29,17 @@ _TINY = dict(vocab_size=VOCAB, hidden_size=64, num_attention_heads=4, num_key_va
 QWEN_VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 QWEN_VISION_IDS = dict(vision_start_token_id=260, vision_end_token_id=261, image_token_id=262, video_token_id=263)
 
+# Qwen3-Omni-MoE's vision and audio tokens (Qwen/Qwen3-Omni-30B-A3B-Instruct's tokenizer names them), likewise; the
+# keys are the thinker config's (vision_start / vision_end / audio_end: published keys its transformers class keeps,
+# SGLang's processor reads vision_start_token_id and audio_start_token_id from the thinker config).
+QWEN_OMNI_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>", "<|audio_start|>",
+                    "<|audio_end|>", "<|audio_pad|>")
+QWEN_OMNI_IDS = dict(vision_start_token_id=260, vision_end_token_id=261, image_token_id=262, video_token_id=263,
+                     audio_start_token_id=264, audio_end_token_id=265, audio_token_id=266)
+# The names its tokenizer_config.json gives them, which transformers' Qwen3OmniMoeProcessor reads off the tokenizer.
+QWEN_OMNI_TOKEN_NAMES = dict(zip(("vision_bos_token", "vision_eos_token", "image_token", "video_token",
+                                  "audio_bos_token", "audio_eos_token", "audio_token"), QWEN_OMNI_TOKENS))
+
 # GLM-4.5V's, likewise.
 GLM_VISION_TOKENS = ("<|begin_of_image|>", "<|end_of_image|>", "<|image|>", "<|begin_of_video|>", "<|end_of_video|>",
                      "<|video|>")
@@ -81,6 +92,9 @@ class Family:
     experts_topk: Callable[[Any], tuple] = field(default=lambda c: (c.num_local_experts, c.num_experts_per_tok))
     # transformers' model -> its decoder layers (multimodal wrappers keep the text model deeper).
     layers_of: Callable[[Any], List[Any]] = field(default=lambda m: list(m.model.layers))
+    # transformers' model -> the module the oracle runs its forward through: the model itself, but Qwen3-Omni-MoE's
+    # wrapper only generates (no forward); its thinker, the part SGLang builds, computes the text model's logits.
+    forward_of: Callable[[Any], Any] = field(default=lambda m: m)
     # A decoder layer -> its MLP (dense or MoE block).
     mlp_of: Callable[[Any], Any] = field(default=lambda layer: layer.mlp)
     # Routers whose output is neither (.., indices) nor route_tokens_to_experts': MoE block -> (router module,
@@ -191,6 +205,37 @@ _QWEN3_VL_MOE = Family(
     experts_topk=lambda c: (c.text_config.num_experts, c.text_config.num_experts_per_tok),
     extra_files=lambda folder: _qwen_vl_processors(folder, patch_size=16, merge_size=2, temporal_patch_size=2),
     hub_tensors=lambda folder: _transpose_fused_experts(folder),
+)
+
+# Qwen3-Omni-MoE, the thinker's text routing: the omni checkpoint as transformers' Qwen3OmniMoeForConditionalGeneration
+# saves it (thinker.* tensors, experts one by one: the Hub's layout, which transformers' conversion mapping for
+# qwen3_omni_moe reads), text-only prompts. The thinker's text model is Qwen3-MoE's decoder (softmax top-k in every
+# layer, q/k norm, interleaved M-RoPE); one-block vision and audio towers; no talker (enable_audio_output false, which
+# the config allows: transformers then builds none, and SGLang builds none either way). moe_intermediate_size 24, as
+# Qwen3-VL-MoE's: no expert tensor is square.
+_QWEN3_OMNI_MOE = Family(
+    "qwen3_omni_moe", "Qwen3OmniMoeConfig", "Qwen3OmniMoeForConditionalGeneration",
+    dict(_TINY, head_dim=16, intermediate_size=128, moe_intermediate_size=24, num_hidden_layers=2, num_experts=8,
+         num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
+         # transformers' thinker always interleaves its M-RoPE sections; SGLang reads mrope_interleaved (the release's
+         # rope_scaling names both). Text-only prompts give the three sections one position anyway.
+         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2],
+                          "interleaved": True, "mrope_interleaved": True}),
+    wrap=lambda text: dict(
+        enable_audio_output=False,
+        thinker_config=dict(
+            text_config=text, tie_word_embeddings=False, **QWEN_OMNI_IDS,
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16,
+                               spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=text["hidden_size"],
+                               num_position_embeddings=64, deepstack_visual_indexes=[]),
+            audio_config=dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, d_model=32,
+                              output_dim=text["hidden_size"], downsample_hidden_size=16))),
+    layers_of=lambda m: list(m.thinker.model.layers),
+    forward_of=lambda m: m.thinker,
+    # a sampled image / video / audio placeholder with no media behind it: transformers finds no features for it
+    not_sampled=tuple(QWEN_OMNI_IDS[k] for k in ("image_token_id", "video_token_id", "audio_token_id")),
+    experts_topk=lambda c: (c.thinker_config.text_config.num_experts, c.thinker_config.text_config.num_experts_per_tok),
+    extra_files=lambda folder: _qwen3_omni_processor(folder),
 )
 
 # MiniMax-M2: every layer MoE, sigmoid scores with a selection bias (e_score_correction_bias), q/k RMS norm over the
@@ -470,6 +515,7 @@ FAMILIES: Dict[str, Family] = {
         not_served="Llama4ForCausalLM",  # refused by its layout rule (sglang_r3/core/families.py)
     ),
     "qwen3_vl_moe": _QWEN3_VL_MOE,
+    "qwen3_omni_moe": _QWEN3_OMNI_MOE,
     # The same saved by transformers 5.19's save_pretrained, which keeps its own fused layout (moe_intermediate_size
     # 32, as first tried): qwen3_vl_moe.py load_fused_expert_weights -> FusedMoE._load_w2 stops on the down_proj.
     "qwen3_vl_moe_transformers_save": replace(
@@ -529,6 +575,22 @@ def _qwen_vl_processors(folder: Path, **sizes) -> None:
     transformers.Qwen2VLImageProcessor(**sizes).save_pretrained(str(folder))
     transformers.Qwen3VLVideoProcessor(**sizes).save_pretrained(str(folder))
     _add_vision_tokens(folder, QWEN_VISION_TOKENS, QWEN_VISION_IDS)
+
+
+def _qwen3_omni_processor(folder: Path) -> None:
+    """What a Qwen3-Omni checkpoint ships for its media (SGLang builds its processor at start-up, text-only prompts
+    included): transformers' Qwen3OmniMoeProcessor over its image, video and audio processors, the tokenizer naming
+    its vision and audio tokens at the ids the thinker config names."""
+    import transformers
+
+    _add_vision_tokens(folder, QWEN_OMNI_TOKENS, QWEN_OMNI_IDS)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), extra_special_tokens=QWEN_OMNI_TOKEN_NAMES)
+    sizes = dict(patch_size=16, merge_size=2, temporal_patch_size=2)
+    processor = transformers.Qwen3OmniMoeProcessor(
+        image_processor=transformers.Qwen2VLImageProcessor(**sizes),
+        video_processor=transformers.Qwen2VLVideoProcessor(**sizes),
+        feature_extractor=transformers.WhisperFeatureExtractor(feature_size=128), tokenizer=tokenizer)
+    processor.save_pretrained(str(folder))
 
 
 def _add_vision_tokens(folder: Path, tokens, ids: Dict[str, int]) -> None:
@@ -933,6 +995,7 @@ class RouterTrace:
         self._probing = False
         self._undo: List[Callable[[], None]] = []
         fam = family_of_model(model)
+        self._forward = fam.forward_of(model)
         for i, layer in enumerate(decoder_layers(model)):
             mlp = fam.mlp_of(layer)
             if not fam.is_moe_module(mlp):
@@ -1007,7 +1070,7 @@ class RouterTrace:
         self.rows.clear()
         self._inputs.clear()
         with torch.no_grad():
-            self.model(torch.tensor([token_ids]), **inputs)
+            self._forward(torch.tensor([token_ids]), **inputs)
         layers = sorted(self.rows)
         per_layer = [np.concatenate(self.rows[i]) for i in layers]
         return np.sort(np.stack(per_layer, axis=1), axis=-1)

@@ -154,6 +154,8 @@ LAYOUT: Dict[str, str] = {
     "gpt-oss": "every layer MoE",
     "Llama 4": "MoE every `interleave_moe_layer_step`-th layer, top-1; `moe_layers` that disagree refused",
     "Qwen3-VL-MoE (text)": "text model: every layer MoE",
+    "Qwen3-Omni-MoE (thinker text)": "the thinker's text model: every layer MoE; the talker (an MoE SGLang does not "
+                                     "build) has no rows",
     "GLM-4.5V / 4.6V (text)": "text model as GLM-4.5: first `first_k_dense_replace` dense; no MTP layers (its config "
                               "names none)",
     "Gemma-4 (text)": "text model: every layer MoE (beside its dense MLP) with `enable_moe_block`, none without; "

@@ -176,6 +176,35 @@ SPECS: Dict[str, tuple] = {
                            patch_size=16, temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64,
                            deepstack_visual_indexes=[0]),
         tie_word_embeddings=False)),
+    # Qwen3-Omni-MoE: the thinker's text model routes (thinker_config.text_config; interleaved M-RoPE as
+    # Qwen/Qwen3-Omni-30B-A3B-Instruct spells it); one-block vision and audio towers; a talker (an MoE of its own,
+    # 2 layers of 4 experts) that SGLang does not build: the layout and both module trees are the thinker's.
+    "Qwen3OmniMoeForConditionalGeneration": ("qwen3_omni_moe", dict(
+        thinker_config=dict(
+            text_config=dict(_T, model_type="qwen3_omni_moe_text", intermediate_size=128, moe_intermediate_size=32,
+                             num_hidden_layers=3, num_experts=8, num_experts_per_tok=2,
+                             rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3], "interleaved": True},
+                             rope_theta=1000000),
+            vision_config=dict(depth=1, hidden_size=64, intermediate_size=64, num_heads=4, out_hidden_size=64,
+                               patch_size=16, temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64,
+                               deepstack_visual_indexes=[0]),
+            audio_config=dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, d_model=32,
+                              output_dim=64, num_mel_bins=32, downsample_hidden_size=16, max_source_positions=64),
+            tie_word_embeddings=False),
+        talker_config=dict(
+            text_config=dict(vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                             num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                             num_experts=4, num_experts_per_tok=2,
+                             # a published key transformers 5.19's talker text class neither defines nor defaults,
+                             # yet its talker MoE block reads (its shared expert)
+                             shared_expert_intermediate_size=32),
+            code_predictor_config=dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                       num_attention_heads=2, num_key_value_heads=1, head_dim=16),
+            # spatial_merge_size: published, read by transformers' talker, not a field of its config class
+            thinker_hidden_size=64, num_code_groups=4, spatial_merge_size=2),
+        code2wav_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                             num_key_value_heads=2, codebook_size=64, num_quantizers=4, decoder_dim=32),
+        enable_audio_output=True)),
     # GLM-4.5V: the text model routes (attention bias, partial M-RoPE as zai-org/GLM-4.5V publishes it); a one-block
     # vision tower.
     "Glm4vMoeForConditionalGeneration": ("glm4v_moe", dict(
@@ -419,7 +448,8 @@ def transformers_moe_layers(arch: str, cfg) -> Optional[List[int]]:
     layers = None
     lists = [(n, m) for n, m in model.named_modules() if n.endswith("layers") and isinstance(m, torch.nn.ModuleList)]
     # a multimodal wrapper: the language model's decoder layers, not the vision tower's
-    text = [(n, m) for n, m in lists if "language_model" in n or "text" in n]
+    # (Qwen3-Omni-MoE: the thinker's, thinker.model; its talker's MoE layers SGLang does not build)
+    text = [(n, m) for n, m in lists if "language_model" in n or "text" in n or n == "thinker.model.layers"]
     layers = (text or lists)[0][1]
     out = []
     for i, layer in enumerate(layers):

@@ -123,6 +123,15 @@ def _perturbations():
 _ARCH = {mt: arch for fam in FAMILIES for arch, mt in fam.architectures.items() if mt}
 _WRAPPED = {text: (outer, arch) for fam in FAMILIES for outer, text in fam.text_model_types.items()
             for arch, mt in fam.architectures.items() if mt == outer}
+# Wrappers whose text_config sits inside another sub-config (Qwen3-Omni-MoE: thinker_config.text_config).
+_TEXT_HOLDER = {"qwen3_omni_moe": "thinker_config"}
+
+
+def _wrapped_text(outer, text):
+    holder = _TEXT_HOLDER.get(outer)
+    return {holder: {"text_config": text}} if holder else {"text_config": text}
+
+
 # Attention widths a class validates together: changed as a consistent trio.
 _WIDTHS = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
 _WIDTHS_CHANGED = {"hidden_size": 128, "num_attention_heads": 8, "num_key_value_heads": 4}
@@ -146,7 +155,7 @@ def test_one_changed_value_reads_the_same_through_file_and_object(tmp_path, mode
         raw = {**inner, "architectures": [_ARCH[model_type]]}
     else:  # a text model type only a multimodal wrapper dispatches on: changed inside its text_config
         outer, arch = _WRAPPED[model_type]
-        raw = {"model_type": outer, "architectures": [arch], "text_config": inner}
+        raw = {"model_type": outer, "architectures": [arch], **_wrapped_text(outer, inner)}
     try:
         obj = _sglang_config(tmp_path, raw)
     except Exception as e:
@@ -223,6 +232,35 @@ def test_wrapped_text_config_is_read_with_its_own_class_facts(tmp_path):
     view = view_of({**raw, "text_config": text})
     assert view.model_type == "qwen3_5_moe_text" and view.architecture == "Qwen3_5MoeForConditionalGeneration"
     assert view == view_of(_sglang_config(tmp_path, raw))
+
+
+def _omni(text):
+    # Qwen3-Omni-MoE as its releases nest it: the thinker's text model two levels down, talker beside the thinker.
+    return {"model_type": "qwen3_omni_moe", "architectures": ["Qwen3OmniMoeForConditionalGeneration"],
+            "enable_audio_output": False, "thinker_config": {"model_type": "qwen3_omni_moe_thinker", "text_config": text},
+            "talker_config": {"text_config": {"num_hidden_layers": 5, "num_experts": 4}}}
+
+
+def test_omni_thinker_text_config_is_read_two_levels_deep(tmp_path):
+    # The thinker's text model is what SGLang builds and routes (qwen3_omni_moe.py); its config sits in
+    # thinker_config.text_config. File, the object SGLang's get_config resolves, and its save: one view, the
+    # thinker text class's (not the talker's 5 layers of 4 experts, not the outer or thinker class's).
+    text = {"model_type": "qwen3_omni_moe_text", "num_hidden_layers": 3, "num_experts": 8, "num_experts_per_tok": 2,
+            "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}
+    raw = _omni(text)
+    view = view_of(raw)
+    assert (view.architecture, view.model_type) == ("Qwen3OmniMoeForConditionalGeneration", "qwen3_omni_moe_text")
+    assert (view.get("num_hidden_layers"), view.get("num_experts"), view.get("head_dim")) == (3, 8, 32)
+    assert view.get("moe_intermediate_size") == 768  # the thinker text class's default
+    obj = _sglang_config(tmp_path, raw)
+    assert type(obj.thinker_config.text_config).__name__ == "Qwen3OmniMoeTextConfig"
+    assert view_of(obj) == view == view_of(_saved(tmp_path, obj))
+    # a text_config without model_type is read as the wrapper's thinker text model
+    bare = {k: v for k, v in text.items() if k != "model_type"}
+    assert view_of(_omni(bare)) == view
+    # no head_dim: both attentions take hidden_size // num_attention_heads, one view either way
+    no_head = {k: v for k, v in text.items() if k != "head_dim"}
+    assert view_of(_omni(no_head)) == view_of(_omni({**no_head, "head_dim": 16}))
 
 
 def test_trainer_without_transformers_computes_the_servers_fingerprints(tmp_path):

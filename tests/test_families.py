@@ -37,6 +37,11 @@ are transformers' router top-k over the pixels the checkpoint's own processor ma
 GLM-4.5V / 4.6V (``Glm4vMoeForConditionalGeneration``, one-block vision tower and processor configs, text prompts and
 with an image): GLM-4.5's text model (SGLang builds it with glm4_moe.py's Glm4MoeModel) under partial M-RoPE with
 attention bias.
+Qwen3-Omni-MoE (``Qwen3OmniMoeForConditionalGeneration`` as transformers' own class saves it: ``thinker.*`` tensors,
+experts one by one, one-block vision and audio towers, no talker, its processor files; text prompts): SGLang's
+qwen3_omni_moe.py builds the thinker only, a Qwen3-VL-MoE wrapper over Qwen3-MoE's decoder, from ``thinker_config``
+(its text model in ``thinker_config.text_config``, which the config view reads); the oracle runs transformers' thinker
+(the omni wrapper only generates). Not proven: a prompt with an image or audio.
 Moonlight-16B-A3B (``DeepseekV3ForCausalLM`` as published: no q LoRA, no RoPE scaling, one expert group, two shared
 experts): SGLang's CPU path asserts a YaRN scaling for MLA's rotary embedding; the CPU runtime gives it the plain one
 SGLang builds on other devices (sglang_r3/serving/patches/cpu/rope.py). Its query and key projections are scaled 8x

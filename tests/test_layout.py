@@ -676,6 +676,23 @@ def test_qwen3_vl_moe_text_routing_every_layer_and_sparse_step_refused():
         layout_from_hf_config({**cfg, "text_config": {**text, "decoder_sparse_step": 2}})
 
 
+def test_qwen3_omni_moe_thinker_text_routing_not_talker_and_sparse_step_refused():
+    # Qwen/Qwen3-Omni-30B-A3B-Instruct: the thinker's text_config (48 layers, 128 experts, top-8) routes; the talker's
+    # MoE (here 20 layers of 64 experts, top-6) SGLang does not build (qwen3_omni_moe.py: thinker only).
+    text = {"model_type": "qwen3_omni_moe_text", "num_hidden_layers": 48, "num_experts": 128, "num_experts_per_tok": 8}
+    talker = {"text_config": {"model_type": "qwen3_omni_moe_talker_text", "num_hidden_layers": 20, "num_experts": 64,
+                              "num_experts_per_tok": 6}}
+    cfg = {"architectures": ["Qwen3OmniMoeForConditionalGeneration"], "model_type": "qwen3_omni_moe",
+           "thinker_config": {"model_type": "qwen3_omni_moe_thinker", "text_config": text}, "talker_config": talker}
+    layout = layout_from_hf_config(cfg)
+    assert layout.moe_layer_ids == tuple(range(48)) and (layout.num_experts, layout.topk) == (128, 8)
+    assert not layout.mtp_layers
+    with pytest.raises(LayoutError, match="decoder_sparse_step=2"):
+        layout_from_hf_config({**cfg, "thinker_config": {"text_config": {**text, "decoder_sparse_step": 2}}})
+    with pytest.raises(LayoutError, match=r"mlp_only_layers=\[0\]"):
+        layout_from_hf_config({**cfg, "thinker_config": {"text_config": {**text, "mlp_only_layers": [0]}}})
+
+
 def test_ernie_moe_layer_range_dense_mtp_and_interval_refused():
     # baidu/ERNIE-4.5-21B-A3B-PT: 28 layers, MoE from layer 1 to the last (-1), 64 experts, top-6, one MTP layer
     cfg = {"architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe", "num_hidden_layers": 28,

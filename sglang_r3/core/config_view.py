@@ -155,14 +155,27 @@ def view_of(config: Any) -> ConfigView:
 
 def _as_dicts(config: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """(outer, text-model) dicts. Multimodal wrappers (Qwen3.5-MoE) keep the language model, MTP keys
-    included, in text_config; the architecture SGLang dispatches on is the outer one."""
+    included, in text_config; omni wrappers (Qwen3-Omni-MoE) one level deeper, in thinker_config's
+    text_config (SGLang's get_hf_text_config reads thinker_config first, and builds only the thinker). The
+    architecture SGLang dispatches on is the outer one."""
     outer = _to_dict(config)
-    text = outer.get("text_config")
-    if text is None and not isinstance(config, Mapping):
-        text = getattr(config, "text_config", None)
-    if isinstance(text, Mapping) or hasattr(text, "to_dict"):
+    holder = _sub_config(config, outer, "thinker_config")
+    if holder is None:
+        holder, holder_dict = config, outer
+    else:
+        holder_dict = _to_dict(holder)
+    text = _sub_config(holder, holder_dict, "text_config")
+    if text is not None:
         return outer, _to_dict(text)
-    return outer, outer
+    return outer, holder_dict
+
+
+def _sub_config(config: Any, as_dict: Mapping[str, Any], name: str) -> Any:
+    """``config``'s sub-config ``name`` (a dict or a config object), or None."""
+    sub = as_dict.get(name)
+    if sub is None and not isinstance(config, Mapping):
+        sub = getattr(config, name, None)
+    return sub if isinstance(sub, Mapping) or hasattr(sub, "to_dict") else None
 
 
 def _to_dict(config: Any) -> Dict[str, Any]:

@@ -295,6 +295,15 @@ def _qwen3_vl_moe_text_fields(d: Dict[str, Any]) -> None:
     _mlp_only_layers_list(d)
 
 
+def _qwen3_omni_moe_text_fields(d: Dict[str, Any]) -> None:
+    # configuration_qwen3_omni_moe.py Qwen3OmniMoeTextConfig.__post_init__ sets mlp_only_layers only. Its class has
+    # no head_dim field: a file's is kept, else both attentions (transformers' Qwen3OmniMoeThinkerTextAttention,
+    # SGLang's qwen3_moe.py) take hidden_size // num_attention_heads; written here so both spellings are one view.
+    if not d.get("head_dim") and d.get("hidden_size") and d.get("num_attention_heads"):
+        d["head_dim"] = int(d["hidden_size"]) // int(d["num_attention_heads"])
+    _mlp_only_layers_list(d)
+
+
 def _ernie4_5_moe_end_index(d: Dict[str, Any]) -> None:
     # configuration_ernie4_5_moe.py __post_init__: moe_layer_end_index -1 is the last layer.
     if d.get("moe_layer_end_index") == -1 and d.get("num_hidden_layers") is not None:
@@ -500,6 +509,19 @@ _QWEN3_VL_MOE_TEXT = Facts(
               "num_local_experts": 60, "rms_norm_eps": 1e-06, "rope_theta": 500000.0, "tie_word_embeddings": True,
               "vocab_size": 151936},
     derive=(_qwen3_vl_moe_text_fields,),
+)
+
+# transformers' Qwen3OmniMoeTextConfig (SGLang registers no class of its own for qwen3_omni_moe: transformers'
+# Qwen3OmniMoeConfig is built, and its thinker_config.text_config is this class). No attribute map (num_experts is
+# stored as num_experts), no tie_word_embeddings field (the thinker config holds it).
+_QWEN3_OMNI_MOE_TEXT = Facts(
+    aliases={},
+    defaults={"attention_bias": False, "decoder_sparse_step": 1, "hidden_act": "silu", "hidden_size": 2048,
+              "intermediate_size": 18944, "max_position_embeddings": 32768, "moe_intermediate_size": 768,
+              "norm_topk_prob": True, "num_attention_heads": 28, "num_experts": 128, "num_experts_per_tok": 8,
+              "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+              "vocab_size": 3584},
+    derive=(_qwen3_omni_moe_text_fields,),
 )
 
 _ERNIE4_5_MOE = Facts(
@@ -1186,6 +1208,12 @@ FAMILIES: Tuple[Family, ...] = (
     # qwen3_vl_moe.py builds its language model from qwen3_moe.py's decoder layers: every layer MoE.
     Family("Qwen3-VL-MoE (text)", {"Qwen3VLMoeForConditionalGeneration": "qwen3_vl_moe"},
            {"qwen3_vl_moe_text": _QWEN3_VL_MOE_TEXT}, _qwen_moe, text_model_types={"qwen3_vl_moe": "qwen3_vl_moe_text"}),
+    # Qwen3-Omni-MoE: qwen3_omni_moe.py builds the thinker only (Qwen3OmniMoeThinkerForConditionalGeneration, a
+    # Qwen3-VL-MoE wrapper over qwen3_vl_moe.py's Qwen3MoeLLMModel, from thinker_config; its talker and code2wav
+    # weights are skipped at load): the thinker's text model, every layer MoE, routes.
+    Family("Qwen3-Omni-MoE (thinker text)", {"Qwen3OmniMoeForConditionalGeneration": "qwen3_omni_moe"},
+           {"qwen3_omni_moe_text": _QWEN3_OMNI_MOE_TEXT}, _qwen_moe,
+           text_model_types={"qwen3_omni_moe": "qwen3_omni_moe_text"}),
     # Gemma-4 as published (26B-A4B: MoE; 31B: dense): gemma4_mm.py builds gemma4_causal.py's text model from
     # text_config.
     Family("Gemma-4 (text)", {"Gemma4ForConditionalGeneration": "gemma4"}, {"gemma4_text": _GEMMA4_TEXT}, _gemma4,
