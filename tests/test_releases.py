@@ -34,7 +34,7 @@ import json, sys
 from sglang_r3.dev.cpu import activate_cpu_runtime, has_gpu
 if not has_gpu():
     activate_cpu_runtime()
-    from sglang_r3.serving.patches.cpu import register_torch_ops
+    from sglang_r3.serving.patches.cpu.torch_ops import register_torch_ops
     register_torch_ops()
 from sglang_r3.serving.patches import manifest
 print("RESULT" + json.dumps({r: manifest.check(release=r) for r in sys.argv[1:]}))

@@ -510,6 +510,9 @@ MANIFEST: Tuple[Touch, ...] = (
           "wrapper there, which takes none of the verify keywords GDNAttnBackend.forward_extend passes); decode "
           "calls go to the wrapper", "(mixed_qkv, conv_states, conv_weights, bias, activation, conv_state_indices)",
           R23),
+    Touch("sglang.srt.utils.is_cpu", "uses", "whether gdn_backend bound causal_conv1d_update to sgl-kernel's CPU "
+          "wrapper in this process (cached: a launching process may have asked before the CPU runtime was prepared)",
+          "()", R23),
     Touch("sglang.srt.layers.attention.hybrid_linear_attn_backend.scatter_mamba_states_after_mtp_verify",
           "hook:around", "CPU only: the accepted draft step's recurrent state and conv window into each request's "
           "slot after a verify, in torch (Triton scatters)",
@@ -779,7 +782,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not has_gpu():  # sgl-kernel's modules need the libcuda stand-in to import on a CPU host
         activate_cpu_runtime()
         # and, as a CPU server registers them first, the torch ops SGLang's CPU-path modules read at import
-        from sglang_r3.serving.patches.cpu import register_torch_ops
+        from sglang_r3.serving.patches.cpu.torch_ops import register_torch_ops
 
         register_torch_ops()
     release = in_force()

@@ -34,6 +34,7 @@
    SSD scan and state update (Triton), bound for the mixer's forward.
 15. nemotron_h: Nemotron-H's MoE block: its router logits without torch.mm's CUDA-only out_dtype, its non-gated
    ReLU^2 experts (which moe_forward_native refuses) with the routed scaling factor, as the CUDA Triton runner.
+16. torch_ops: the ops of spec_ops and gdn registered in one call (here, and by the manifest's check).
 Everything is skipped when CUDA is available; installing twice is a no-op.
 """
 
@@ -52,16 +53,6 @@ def _on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
-def register_torch_ops() -> list:
-    """The torch versions of the sgl-kernel CPU ops the CUDA wheel lacks, registered before SGLang's CPU-path
-    modules import (gdn_backend and models/qwen3_5 read some at import); the names added. Idempotent: a
-    server does this at install, the manifest's check before it resolves those modules."""
-    from sglang_r3.serving.patches.cpu import gdn
-    from sglang_r3.serving.patches.cpu.spec_ops import register_spec_ops
-
-    return register_spec_ops() + gdn.register_gdn_ops()  # gdn: Qwen3-Next / Qwen3.5's linear attention
-
-
 def install_cpu_patches() -> None:
     global _installed
     if _installed or not _on_cpu():
@@ -73,12 +64,13 @@ def install_cpu_patches() -> None:
     from sglang_r3.serving.patches.cpu.attention import HOOKS
     from sglang_r3.serving.patches.hooks import register
     from sglang_r3.serving.patches.cpu.cuda_shims import install_cuda_shims, install_host_alloc_shim
+    from sglang_r3.serving.patches.cpu.torch_ops import register_torch_ops
     from sglang_r3.serving.patches.cpu import (cuda_shims, dsa, expert_parallel, gdn, gemma4, gpt_oss, llama4,
                                                mamba2, minimax_m2, nemotron_h, ranks, rope)
 
     install_cuda_shims()
     install_host_alloc_shim()
-    added = register_torch_ops()
+    added = register_torch_ops()  # torch_ops.py
     from sglang_r3.serving.patches.release import is_0_5_15
 
     eagle = None
