@@ -74,6 +74,11 @@ _NEMOTRON_H = dict(_T, intermediate_size=64, moe_intermediate_size=32, moe_share
                    time_step_max=0.1, time_step_floor=0.0001, rope_theta=10000, partial_rotary_factor=1.0,
                    sliding_window=None, attention_bias=False)
 
+# A one-block Qwen3-VL vision tower (Qwen3-VL-MoE's, and Qwen3-Omni-MoE's thinker's).
+_QWEN3_VL_VISION = dict(depth=1, hidden_size=64, intermediate_size=64, num_heads=4, out_hidden_size=64, patch_size=16,
+                        temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64,
+                        deepstack_visual_indexes=[0])
+
 # Tiny configs, per architecture with a rule: (model_type of the config class, values). Values not named
 # take the class defaults.
 SPECS: Dict[str, tuple] = {
@@ -172,9 +177,7 @@ SPECS: Dict[str, tuple] = {
                          num_hidden_layers=3, num_experts=8, num_experts_per_tok=2,
                          rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True},
                          rope_theta=5000000),
-        vision_config=dict(depth=1, hidden_size=64, intermediate_size=64, num_heads=4, out_hidden_size=64,
-                           patch_size=16, temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64,
-                           deepstack_visual_indexes=[0]),
+        vision_config=dict(_QWEN3_VL_VISION),
         tie_word_embeddings=False)),
     # Qwen3-Omni-MoE: the thinker's text model routes (thinker_config.text_config; interleaved M-RoPE as
     # Qwen/Qwen3-Omni-30B-A3B-Instruct spells it); one-block vision and audio towers; a talker (an MoE of its own,
@@ -185,9 +188,7 @@ SPECS: Dict[str, tuple] = {
                              num_hidden_layers=3, num_experts=8, num_experts_per_tok=2,
                              rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3], "interleaved": True},
                              rope_theta=1000000),
-            vision_config=dict(depth=1, hidden_size=64, intermediate_size=64, num_heads=4, out_hidden_size=64,
-                               patch_size=16, temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64,
-                               deepstack_visual_indexes=[0]),
+            vision_config=dict(_QWEN3_VL_VISION),
             audio_config=dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, d_model=32,
                               output_dim=64, num_mel_bins=32, downsample_hidden_size=16, max_source_positions=64),
             tie_word_embeddings=False),
