@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import copy
 import json
 import re
 import subprocess
@@ -597,8 +598,6 @@ class _FloatCalls(ast.NodeTransformer):
 
 
 def _float_calls(node: ast.expr) -> ast.expr:
-    import copy
-
     return _FloatCalls().visit(copy.deepcopy(node))
 
 

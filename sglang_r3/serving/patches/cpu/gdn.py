@@ -436,9 +436,12 @@ def hooks(on_0_5_15: bool):
     Qwen2-MoE). The release is the caller's to say: the manifest's tool registers this module's ops."""
     if on_0_5_15:
         return [(_SHARED_GATE_TARGET, _shared_gate_around)]
-    return [(_NORM_TARGET, _gated_norm_around), (_NORM_GROUPED_TARGET, _grouped_norm_around),
-            (_SHARED_GATE_TARGET, _shared_gate_around), (_LAYER_TARGET, _layer_init_around),
-            (_SCATTER_TARGET, _scatter_around)] + ([(_CONV_UPDATE_TARGET, _conv_update_around)] if _binds_cpu_wrapper() else [])
+    out = [(_NORM_TARGET, _gated_norm_around), (_NORM_GROUPED_TARGET, _grouped_norm_around),
+           (_SHARED_GATE_TARGET, _shared_gate_around), (_LAYER_TARGET, _layer_init_around),
+           (_SCATTER_TARGET, _scatter_around)]
+    if _binds_cpu_wrapper():
+        out.append((_CONV_UPDATE_TARGET, _conv_update_around))
+    return out
 
 
 def _binds_cpu_wrapper() -> bool:
