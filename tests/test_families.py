@@ -125,6 +125,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -309,6 +310,10 @@ def test_a_near_tie_is_what_transformers_router_picks_with_logits_moved_by_at_mo
         assert trace.near_tie(column, token, swapped, delta=50.0)  # within softmax's and sigmoid's float32 range
     finally:
         trace.close()
+    # docs/models.md's "served forward" states the allowance: these numbers.
+    words = " ".join((Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text().split())
+    assert f"At most {['zero', 'one', 'two', 'three'][NEAR_TIES_PER_RESPONSE]} (token, layer) pairs" in words
+    assert f"most {NEAR_TIE_LOGIT:.0e} (`RouterTrace.near_tie`".replace("e-0", "e-") in words
 
 
 def _compare_rows(name, mode, url, out, want, T, trace) -> np.ndarray:
