@@ -327,6 +327,13 @@ def _init_megatron(device: torch.device) -> None:
         return
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+    from megatron.core.transformer.moe import moe_utils
+
+    # megatron-core 0.16.1's moe_utils binds te_general_gemm only when Transformer Engine imports,
+    # yet its router gemm reads the name unconditionally (NameError on a TE-less CUDA host, seen on
+    # an H200 2026-12-04). None is the value its own check treats as "no TE": the torch matmul path.
+    if not getattr(moe_utils, "HAVE_TE", True) and not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
 
     if not dist.is_initialized():
         dist.init_process_group("nccl", rank=0, world_size=1)
