@@ -9,6 +9,7 @@ safetensors), plus the embedded byte-level tokenizer so text prompts work offlin
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import shutil
 from dataclasses import dataclass, field, replace
@@ -75,6 +76,9 @@ class Family:
     # between two implementations (a tie broken differently is not a routing difference).
     router_std: float = 1.0
     bias_std: float = 0.1  # the selection bias of routers that have one (e_score_correction_bias)
+    # Attention projections' biases (q/k/v/o_proj.bias) drawn N(0, attn_bias_std); 0 keeps transformers' init, zeros,
+    # under which a bias SGLang dropped or never loaded would pass unseen.
+    attn_bias_std: float = 0.0
     # Factor on the text attention's query and key projections. At transformers' init (std 0.02) a tiny model's
     # attention scores are near zero and its softmax near uniform: the rows then hardly depend on positions, and a
     # wrong rotation passes (Moonlight at 1: RoPE's pair layout moved 0 of 120 pairs; at 8: 74).
@@ -566,6 +570,56 @@ FAMILIES: Dict[str, Family] = {
 }
 
 
+# The config space (issue 33, item 3): per served family, the optional keys of its transformers config class that
+# change the modules built or the math, each set the other way from the family's checkpoint in one more checkpoint,
+# ``<family>_flipped``, served beside it (same group) and held to transformers' router top-k like any family. So each
+# key is served both ways; a key that then disagrees is fixed in the CPU runtime or refused at start-up by the layout
+# rule (a ``not_served`` variant naming it: REFUSED_FLIPS). Query and key projections scaled as Family.qk_scale
+# says, so RoPE keys are seen; attention biases drawn (Family.attn_bias_std), so a dropped one is seen.
+# ``test_every_flipped_key_changes_transformers_model`` checks each key changes transformers' modules or logits.
+FLIPPED: Dict[str, Dict[str, Any]] = {
+    "glm4_moe": dict(attention_bias=True, use_qk_norm=True, routed_scaling_factor=2.5, n_group=4, topk_group=2,
+                     norm_topk_prob=False, partial_rotary_factor=1.0, first_k_dense_replace=0),
+    "qwen3_moe": dict(norm_topk_prob=False, attention_bias=True),
+    "qwen2_moe": dict(norm_topk_prob=True, qkv_bias=False),
+    "glm4_moe_lite": dict(norm_topk_prob=False, rope_scaling=None, n_group=4, topk_group=2, routed_scaling_factor=1.0),
+    "deepseek_v3": dict(norm_topk_prob=False, first_k_dense_replace=0, routed_scaling_factor=1.0,
+                        n_shared_experts=2, tie_word_embeddings=True),
+    "glm_moe_dsa": dict(norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=1.0,
+                        tie_word_embeddings=True),
+    "llama4": dict(use_qk_norm=False, interleave_moe_layer_step=1),
+    "gpt_oss": dict(attention_bias=False, layer_types=["full_attention", "full_attention"]),
+    "ernie4_5_moe": dict(tie_word_embeddings=True, moe_layer_end_index=-1),
+    "qwen3_next": dict(norm_topk_prob=False),
+    "qwen3_5_moe_text": dict(tie_word_embeddings=True),
+}
+# Keys SGLang 0.5.23 builds otherwise than transformers (found by a flipped checkpoint): each set alone the other
+# way in a checkpoint of its own, refused at start-up by the layout rule naming it. name -> (family, keys, the
+# launcher's exit message).
+REFUSED_FLIPS: Dict[str, tuple] = {
+    "qwen3_moe_mlp_only_layers": ("qwen3_moe", dict(mlp_only_layers=[0]), "mlp_only_layers=[0] put dense MLPs"),
+    "mixtral_head_dim": ("mixtral", dict(head_dim=32), "head_dim=32 is not hidden_size // num_attention_heads"),
+    "mixtral_sliding_window": ("mixtral", dict(sliding_window=8), "sliding_window=8: SGLang 0.5.23 (mixtral.py)"),
+    "ernie4_5_moe_use_bias": ("ernie4_5_moe", dict(use_bias=True), "use_bias=True: transformers' Ernie4_5_Moe"),
+    "qwen3_next_attention_bias": ("qwen3_next", dict(attention_bias=True), "attention_bias=True: SGLang 0.5.23"),
+    "olmoe_tie_word_embeddings": ("olmoe", dict(tie_word_embeddings=True), "tie_word_embeddings=True: SGLang 0.5.23"),
+    "olmoe_attention_bias": ("olmoe", dict(attention_bias=True), "attention_bias=True: SGLang 0.5.23 (olmoe.py)"),
+    "olmoe_clip_qkv": ("olmoe", dict(clip_qkv=0.5), "clip_qkv=0.5: SGLang 0.5.23 (olmoe.py)"),
+    "olmoe_norm_topk_prob": ("olmoe", dict(norm_topk_prob=True), "norm_topk_prob=True: SGLang 0.5.23 (olmoe.py)"),
+}
+
+
+def _flip(base: str, name: str, keys: Dict[str, Any], not_served: str = "") -> Family:
+    return replace(FAMILIES[base], name=name, config={**FAMILIES[base].config, **keys}, qk_scale=8.0,
+                   attn_bias_std=0.1, not_served=not_served)
+
+
+for _base, _keys in FLIPPED.items():
+    FAMILIES[f"{_base}_flipped"] = _flip(_base, f"{_base}_flipped", _keys)
+for _name, (_base, _keys, _exit) in REFUSED_FLIPS.items():
+    FAMILIES[_name] = _flip(_base, _name, _keys, _exit)
+
+
 def _qwen_vl_processors(folder: Path, **sizes) -> None:
     """What a Qwen3-VL / Qwen3.5 checkpoint ships for images: the image and video processor configs (SGLang builds
     its processor from them at start-up, text-only prompts included) and the vision special tokens in its tokenizer,
@@ -739,9 +793,40 @@ _QK_PROJECTIONS = ("q_proj.weight", "k_proj.weight", "q_b_proj.weight", "kv_a_pr
                    "kv_b_proj.weight")
 
 
+def initialized(family: Family, text: Dict[str, Any]):
+    """transformers' model of ``family`` with text config ``text``, its weights drawn as the checkpoint's are
+    (seeded; routers, scales, biases and query/key projections as the fields above say), float32, eval."""
+    import torch
+    import transformers
+
+    special = dict(eos_token_id=NUM_BYTE_TOKENS, pad_token_id=NUM_BYTE_TOKENS, bos_token_id=None)
+    cfg = getattr(transformers, family.config_class)(**_keywords(family, text, special))
+    torch.manual_seed(family.seed)
+    model = getattr(transformers, family.model_class)(cfg).to(torch.float32).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith((".gate.weight", "router.weight", "router.proj.weight")):
+                p.normal_(0.0, family.router_std)
+            elif name.endswith(("router.scale", "router.per_expert_scale")):  # Gemma-4's router input and output
+                p.uniform_(0.5, 1.5)  # scales (ones at init: a scale dropped would pass unseen)
+            elif name.endswith("e_score_correction_bias"):  # a parameter in ERNIE-4.5's moe_statics
+                p.normal_(0.0, family.bias_std)
+            elif name.endswith(family.bf16_params or ("\0",)):
+                p.copy_(torch.randn_like(p).to(torch.bfloat16).to(p.dtype))
+            elif ".self_attn." in name and name.endswith(_QK_PROJECTIONS):
+                p.mul_(family.qk_scale)
+            elif family.attn_bias_std and ".self_attn." in name and name.endswith("_proj.bias"):
+                p.normal_(0.0, family.attn_bias_std)
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # sigmoid routers' selection bias (GLM, DeepSeek-V3)
+                b.normal_(0.0, family.bias_std)
+        if family.post_init is not None:
+            family.post_init(model)
+    return model
+
+
 def build(family: Family, out: Optional[Path] = None) -> Path:
     """The checkpoint folder (built once per family definition, cached like the embedded model)."""
-    import torch
     import transformers
 
     key = hashlib.sha256(
@@ -749,6 +834,7 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
                     family.seed, family.router_std,
                     transformers.__version__] + ([family.bias_std] if family.bias_std != 0.1 else [])
                    + ([family.qk_scale] if family.qk_scale != 1.0 else [])
+                   + ([["attn_bias_std", family.attn_bias_std]] if family.attn_bias_std else [])
                    + (["extra_files"] if family.extra_files else [])
                    + (["hub_tensors"] if family.hub_tensors else [])
                    + ([family.published, family.mtp_format] if family.published else [])
@@ -766,33 +852,14 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
     L = family.config["num_hidden_layers"]
     # With NextN MTP: a model one layer deeper, whose last decoder layer becomes the MTP block's layer.
     nextn = family.mtp_layers if family.mtp_format == "nextn" else 0
-    cfg = config_class(**_keywords(family, {**family.config, "num_hidden_layers": L + nextn}, special))
-    torch.manual_seed(family.seed)
-    model = getattr(transformers, family.model_class)(cfg).to(torch.float32).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith((".gate.weight", "router.weight", "router.proj.weight")):
-                p.normal_(0.0, family.router_std)
-            elif name.endswith(("router.scale", "router.per_expert_scale")):  # Gemma-4's router input and output
-                p.uniform_(0.5, 1.5)  # scales (ones at init: a scale dropped would pass unseen)
-            elif name.endswith("e_score_correction_bias"):  # a parameter in ERNIE-4.5's moe_statics
-                p.normal_(0.0, family.bias_std)
-            elif name.endswith(family.bf16_params or ("\0",)):
-                p.copy_(torch.randn_like(p).to(torch.bfloat16).to(p.dtype))
-            elif ".self_attn." in name and name.endswith(_QK_PROJECTIONS):
-                p.mul_(family.qk_scale)
-        for name, b in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):  # sigmoid routers' selection bias (GLM, DeepSeek-V3)
-                b.normal_(0.0, family.bias_std)
-        if family.post_init is not None:
-            family.post_init(model)
+    model = initialized(family, {**family.config, "num_hidden_layers": L + nextn})
     model.save_pretrained(str(tmp))
     if nextn:
         _keep_last_layers_as_mtp(tmp, config_class(**_keywords(family, family.config, special)), family)
     elif family.mtp_format == "qwen":
         _append_qwen_mtp(tmp, family, special)
     elif family.mtp_layers:
-        _append_ernie_mtp(tmp, cfg, family)
+        _append_ernie_mtp(tmp, model.config, family)
     if family.published:
         _write_published_keys(tmp, family)
     if family.hub_tensors is not None:
@@ -924,7 +991,9 @@ def _keep_last_layers_as_mtp(folder: Path, main_config, family: Family) -> None:
         out[prefix + "hnorm.weight"] = torch.ones(H)
         out[prefix + "eh_proj.weight"] = torch.randn(H, 2 * H, generator=gen) * (2 * H) ** -0.5
         out[prefix + "shared_head.norm.weight"] = torch.ones(H)
-        out[prefix + "shared_head.head.weight"] = tensors["lm_head.weight"].clone()
+        # the model's head: lm_head, or the embedding a tied checkpoint keeps in its place
+        head = tensors.get("lm_head.weight", tensors["model.embed_tokens.weight"])
+        out[prefix + "shared_head.head.weight"] = head.clone()
         out[prefix + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
     save_file({k: v.contiguous() for k, v in out.items()}, str(shard), metadata={"format": "pt"})
 
@@ -1070,7 +1139,8 @@ class RouterTrace:
         self.rows.clear()
         self._inputs.clear()
         with torch.no_grad():
-            self._forward(torch.tensor([token_ids]), **inputs)
+            out = self._forward(torch.tensor([token_ids]), **inputs)
+        self.logits = out.logits[0].double()  # [len(token_ids), vocab]
         layers = sorted(self.rows)
         per_layer = [np.concatenate(self.rows[i]) for i in layers]
         return np.sort(np.stack(per_layer, axis=1), axis=-1)
@@ -1126,12 +1196,21 @@ SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": 
                                  for n in ("qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe")},
                               # Nemotron-H: a bounded state pool; no MTP layers (as published)
                               "nemotron_h": ("nemotron_h", HYBRID_FLAGS)}
+# A flipped checkpoint is served as its family is, but without MTP speculation: the flip is of the target model.
+SERVERS.update({n: (n, [f for f in SERVERS[n[:-8]][1] if f not in MTP_FLAGS])
+                for n in FAMILIES if n.endswith("_flipped")})
 # Servers that run together (a test compares them); one group at a time: an idle CPU server holds
 # ~2-3 GB of host memory, and the suite's own servers run alongside.
 GROUPS: Dict[str, List[str]] = {n: [n] for n in SERVED if n != "qwen3_5_moe_text"}
 GROUPS["deepseek_v3"] = ["deepseek_v3", "deepseek_v3_mtp"]
 # Qwen3.5-MoE as published and its text-only checkpoint: the same text model, two servers starting together.
 GROUPS["qwen3_5_moe"] = ["qwen3_5_moe", "qwen3_5_moe_text"]
+# Each flipped checkpoint starts with its family (start-ups overlap), on the release the main CI stage serves
+# (0.5.23). The 0.5.15.post1 stage serves its families as published, not their flips.
+for _base in FLIPPED:
+    del GROUPS[f"{_base}_flipped"]
+    if importlib.metadata.version("sglang") != "0.5.15.post1":
+        next(g for g in GROUPS.values() if _base in g).append(f"{_base}_flipped")
 
 
 def server_flags(name: str) -> List[str]:

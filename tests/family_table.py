@@ -126,6 +126,24 @@ NOT_SERVED_WHY: Dict[str, str] = {
     "qwen3_vl_moe_transformers_save": "a transformers 5.19 `save_pretrained` (its own fused-expert layout, not the "
                                       "Hub's) stops SGLang's `qwen3_vl_moe.py` `load_fused_expert_weights` at load "
                                       "(a size mismatch); the Hub layout is served",
+    # Config-space flips SGLang 0.5.23 builds otherwise (tests/families.py REFUSED_FLIPS)
+    "qwen3_moe_mlp_only_layers": "`mlp_only_layers` / `decoder_sparse_step` that make layers dense refused at "
+                                 "start-up: SGLang's qwen3_moe.py builds every layer MoE",
+    "mixtral_head_dim": "`head_dim` ≠ `hidden_size // num_attention_heads` refused at start-up: SGLang's mixtral.py "
+                        "sizes its heads from the latter (its forward stopped on a shape mismatch)",
+    "ernie4_5_moe_use_bias": "`use_bias: true` refused at start-up: transformers' class then saves an "
+                             "`lm_head.bias` SGLang's ernie4.py has no parameter for (its load stopped)",
+    "mixtral_sliding_window": "a `sliding_window` shorter than the context refused at start-up: SGLang's "
+                              "mixtral.py attends to every key",
+    "qwen3_next_attention_bias": "`attention_bias: true` refused at start-up (Qwen3.5 too): SGLang's qwen3_next.py "
+                                 "and qwen3_5.py build attention projections without biases",
+    "olmoe_tie_word_embeddings": "`tie_word_embeddings: true` refused at start-up (as for every architecture whose "
+                                 "SGLang model never ties its head): olmoe.py builds an untied lm_head and loads "
+                                 "`lm_head.weight`, which a tied checkpoint does not hold",
+    "olmoe_attention_bias": "`attention_bias: true` refused at start-up: SGLang's olmoe.py builds no attention biases",
+    "olmoe_clip_qkv": "`clip_qkv` refused at start-up: SGLang's olmoe.py does not clip q/k/v",
+    "olmoe_norm_topk_prob": "`norm_topk_prob: true` refused at start-up: SGLang's olmoe.py never renormalises top-k "
+                            "weights",
 }
 
 # Layout, and the variants refused at start-up, per registry family (what the rule reads).
@@ -143,11 +161,14 @@ LAYOUT: Dict[str, str] = {
     "Qwen3-MoE": "every layer MoE; `mlp_only_layers` / `decoder_sparse_step` ≠ 1 refused (SGLang builds those "
                  "layers MoE)",
     "Qwen2-MoE": "every layer MoE",
-    "Qwen3-Next": "every layer MoE (linear and full attention alike), its MTP layers as the config says",
-    "Qwen3.5-MoE": "every layer MoE (linear and full attention alike), `mtp_num_hidden_layers` MTP layers",
+    "Qwen3-Next": "every layer MoE (linear and full attention alike), its MTP layers as the config says; "
+                  "`attention_bias` refused",
+    "Qwen3.5-MoE": "every layer MoE (linear and full attention alike), `mtp_num_hidden_layers` MTP layers; "
+                   "`attention_bias` refused",
     "MiMo-7B": "dense, dense MTP",
-    "Mixtral": "every layer MoE; quantized checkpoints SGLang builds as `QuantMixtralForCausalLM` refused",
-    "OLMoE": "every layer MoE",
+    "Mixtral": "every layer MoE; `head_dim` ≠ `hidden_size // num_attention_heads`, a `sliding_window` shorter than "
+               "the context and quantized checkpoints SGLang builds as `QuantMixtralForCausalLM` refused",
+    "OLMoE": "every layer MoE; `attention_bias`, `clip_qkv` or `norm_topk_prob` set refused",
     "Step-3.5": "MoE iff in `moe_layers_enum`; `num_nextn_predict_layers` MTP layers drafted by SGLang's Step3p5MTP",
     "MiniMax-M2": "every layer MoE; a config without `use_qk_norm: true`, `use_routing_bias: true` or "
                   "`scoring_func: sigmoid`, or whose `rotary_dim` is not transformers' partial RoPE width, refused",
@@ -162,7 +183,7 @@ LAYOUT: Dict[str, str] = {
                       "on the CPU runtime sliding and full-attention KV shapes that differ refused",
     "Kimi-K2.5 (text)": "text model as DeepSeek-V3: first `first_k_dense_replace` dense; no MTP layers (as published)",
     "ERNIE-4.5-MoE": "MoE from `moe_layer_start_index` to `moe_layer_end_index`, dense MTP; `moe_layer_interval` ≠ 1 "
-                     "refused",
+                     "and `use_bias` refused",
     "Hunyuan-MoE v1": "every layer MoE; one expert refused (SGLang builds dense MLPs)",
     "Granite-MoE": "every layer MoE",
     "LFM2-MoE": "first `num_dense_layers` dense",
@@ -182,7 +203,7 @@ def _link(s: Script) -> str:
 def _proof(arch: str) -> str:
     """How ``arch`` is proven, from the tests that prove it; '' when it has no rule."""
     from sglang_r3.core.families import SUPPORTED_ARCHITECTURES
-    from tests.families import FAMILIES, IMAGE_FAMILIES, MTP_FLAGS, SERVERS, TRANSFORMERS_CLASS
+    from tests.families import FAMILIES, FLIPPED, IMAGE_FAMILIES, MTP_FLAGS, SERVERS, TRANSFORMERS_CLASS
 
     if arch not in SUPPORTED_ARCHITECTURES:
         return ""
@@ -194,7 +215,9 @@ def _proof(arch: str) -> str:
             parts.append(f"not served (`{name}`): {NOT_SERVED_WHY[name]}")
             continue
         spec_on = any(f == name and MTP_FLAGS[0] in extra for f, extra in SERVERS.values())
+        flipped = FLIPPED.get(name[: -len("_flipped")]) if name.endswith("_flipped") else None
         parts.append(f"served forward = transformers' router top-k (`tests/test_families.py` `{name}`"
+                     + (": " + ", ".join(f"`{k}`" for k in flipped) + " the other way" if flipped else "")
                      + (", MTP speculation on = off" if spec_on else "")
                      + (", text prompts and with an image" if name in IMAGE_FAMILIES else "") + ")")
     if arch in OTHER_FORWARDS:

@@ -479,7 +479,7 @@ def prove(arch: str) -> Dict[str, Any]:
     routers = served_layout.check_main(model, layout)
     main = sorted(routers)
     how = [f"SGLang module tree: routers at {_ranges(main)} of {layout.num_hidden_layers} layers, "
-           f"top-{layout.topk} of {layout.num_experts}"]
+           f"top-{layout.topk} of {layout.num_experts}", _head_check(arch, model_type, values)]
     if any(r.num_experts is None for r in routers.values()):
         raise AssertionError(f"{arch}: a router without FusedMoE experts: {routers}")
     draft = draft_architecture(cfg) if layout.mtp_layers else None
@@ -514,6 +514,32 @@ def prove(arch: str) -> Dict[str, Any]:
                                  f"the layout in {list(layout.moe_layer_ids)}")
         how.append("transformers module tree: same MoE layers")
     return {"layout": layout.summary(), "proven": "; ".join(how), "fingerprint": layout.fingerprint}
+
+
+# Heads SGLang ties at load rather than in the module tree (invisible on the meta device): arch -> where.
+TIES_AT_LOAD = {"Lfm2MoeForCausalLM": "lfm2_moe.py load_weights copies embed_tokens.weight into lm_head when the "
+                                      "checkpoint holds no lm_head.weight"}
+
+
+def _head_check(arch: str, model_type: str, values: Dict[str, Any]) -> str:
+    """SGLang's model built with tie_word_embeddings true (the wrapper's text config too): its lm_head is the
+    embedding (one parameter) unless the architecture is in UNTIED_HEAD_ARCHITECTURES, refused tied at start-up."""
+    from sglang_r3.core.families import UNTIED_HEAD_ARCHITECTURES
+
+    tied = copy.deepcopy(values)
+    tied["tie_word_embeddings"] = True
+    if isinstance(tied.get("text_config"), dict):
+        tied["text_config"]["tie_word_embeddings"] = True
+    model = build_sglang(arch, config_object(arch, model_type, tied))
+    own = {n for n, _ in model.named_parameters()}  # a tied head is the embedding's parameter, listed once
+    heads = [n for n, _ in model.named_parameters(remove_duplicate=False) if n.endswith("lm_head.weight")]
+    untied = any(h in own for h in heads)
+    if arch in TIES_AT_LOAD:
+        return f"lm_head tied at load ({TIES_AT_LOAD[arch]})"
+    if untied != (arch in UNTIED_HEAD_ARCHITECTURES):
+        raise AssertionError(f"{arch}: SGLang built its lm_head {'untied' if untied else 'tied'} with "
+                             f"tie_word_embeddings true; UNTIED_HEAD_ARCHITECTURES says otherwise")
+    return "lm_head never tied: tie_word_embeddings true refused" if untied else "lm_head tied as the config says"
 
 
 def _ranges(ids: List[int]) -> str:

@@ -116,6 +116,17 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   (tests: ``test_families_not_served_on_cpu_stop_where_the_docstring_says`` checks each of these stops.)
 - MiniMax-M2 with a config without ``use_qk_norm: true``: refused by the layout rule. Served that way (SGLang's
   default builds no q/k norm) its rows differed from transformers', which always normalises q and k.
+- Config-space flips (``REFUSED_FLIPS`` in tests/families.py), each refused by its layout rule naming the key:
+  OLMoE with ``attention_bias``, ``clip_qkv`` or ``norm_topk_prob`` set (olmoe.py hard-codes no bias, no clipping,
+  no renormalisation; served with the three, 105 of 106 pairs differed); Mixtral with a ``head_dim`` other than
+  hidden_size // num_attention_heads (mixtral.py sizes heads from the latter; the first forward stopped on a shape
+  mismatch) or a ``sliding_window`` shorter than the context (mixtral.py attends to every key); Qwen3-MoE with
+  ``mlp_only_layers`` (qwen3_moe.py builds every layer MoE); Qwen3-Next and Qwen3.5 with ``attention_bias``
+  (qwen3_next.py / qwen3_5.py build no attention biases; ~70% of pairs differed); ERNIE-4.5 with ``use_bias``
+  (transformers then saves an lm_head.bias SGLang has no parameter for; its load stopped); and
+  ``tie_word_embeddings: true`` for every architecture whose SGLang model never ties its head
+  (``UNTIED_HEAD_ARCHITECTURES``, checked by tests/sweep.py; OLMoE tied: rows agreed, every greedy logprob did not).
+  These are refused on the checkpoint's config.json before SGLang loads a weight (startup_checks).
 - MiMo-V2-Flash: refused at start-up by its family entry (sglang_r3/core/families.py): SGLang builds its layers from
   per-layer lists transformers' MiMoV2FlashConfig ignores, and its 3 dense MTP layers are served as one draft
   layer or by multi-layer EAGLE, unproven for it -- so there is no checkpoint both sides read alike to serve.
@@ -131,8 +142,9 @@ import numpy as np
 import pytest
 
 from sglang_r3.core.layout import ROLE_DENSE, ROLE_MOE, ROLE_MTP, LayoutError, layout_from_model_path
-from tests.families import (FAMILIES, GROUPS, IMAGE_FAMILIES, NEAR_TIE_LOGIT, NEAR_TIES_PER_RESPONSE, Family,
-                            RouterTrace, build, dense_or_moe, load_transformers, serve_group)
+from tests.families import (FAMILIES, FLIPPED, GROUPS, IMAGE_FAMILIES, NEAR_TIE_LOGIT, NEAR_TIES_PER_RESPONSE,
+                            MTP_FLAGS, REFUSED_FLIPS, SERVERS, Family, RouterTrace, build, dense_or_moe, initialized,
+                            load_transformers, serve_group)
 from tests.routing_http import fetch_layout, generate, record_of
 
 pytestmark = pytest.mark.server
@@ -214,7 +226,7 @@ def _check_rows(name, url, oracles, mode):
     prompts = [list(p.encode()) for p in PROMPTS]
     outs = generate(
         url, input_ids=prompts, return_routing=True, return_routed_experts=True,
-        sampling_params=_sampling(name, mode),
+        sampling_params=_sampling(name, mode), return_logprob=mode == "greedy",
     )
     pairs = 0
     for prompt, out in zip(prompts, outs):
@@ -224,7 +236,27 @@ def _check_rows(name, url, oracles, mode):
         want = trace.topk(tokens)[: T - 1]  # the last token was never an input
         got = _compare_rows(name, mode, url, out, want, T, trace)
         pairs += got.shape[0] * got.shape[1]
+        if mode == "greedy":
+            _assert_logprobs(name, trace, out, len(prompt))
     assert pairs > 0
+
+
+# Rows alone miss what acts after the last router (the LM head, tied or not; final norms, logit soft-capping): the
+# greedy completion's logprobs, SGLang's, are transformers' too. float32 both sides: far below a wrong head's error.
+LOGPROB_ATOL = 1e-3
+
+
+def _assert_logprobs(name, trace, out, prompt_len):
+    import torch
+
+    served = [(lp, tok) for lp, tok, *_ in out["meta_info"]["output_token_logprobs"]]
+    assert [t for _, t in served] == list(out["output_ids"])
+    logits = trace.logits.clone()
+    logits[:, list(FAMILIES[name].not_sampled)] -= 1e4  # the request's logit_bias: SGLang's logprobs include it
+    logprobs = torch.log_softmax(logits, dim=-1)
+    want = [float(logprobs[prompt_len - 1 + i, tok]) for i, (_, tok) in enumerate(served)]
+    np.testing.assert_allclose([lp for lp, _ in served], want, rtol=0, atol=LOGPROB_ATOL,
+                               err_msg=f"{name}: greedy completion logprobs differ from transformers'")
 
 
 def _image(side: int):
@@ -314,6 +346,41 @@ def test_a_near_tie_is_what_transformers_router_picks_with_logits_moved_by_at_mo
     words = " ".join((Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text().split())
     assert f"At most {['zero', 'one', 'two', 'three'][NEAR_TIES_PER_RESPONSE]} (token, layer) pairs" in words
     assert f"most {NEAR_TIE_LOGIT:.0e} (`RouterTrace.near_tie`".replace("e-0", "e-") in words
+
+
+# Keys that act only together (grouped top-k: topk_group groups of n_group): flipped together.
+_FLIP_TOGETHER = (("n_group", "topk_group"),)
+
+
+@pytest.mark.fast  # transformers only
+@pytest.mark.parametrize("name", sorted([f"{b}_flipped" for b in FLIPPED] + list(REFUSED_FLIPS)))
+def test_every_flipped_key_changes_transformers_model(name):
+    """A flipped key that changed nothing would prove nothing: each key of a flipped checkpoint (FLIPPED, or a
+    refused one: REFUSED_FLIPS), or each group of keys that act together, set alone the other way, changes
+    transformers' module tree (parameter names and shapes) or, the weights drawn alike (the flipped checkpoint's
+    draw), its logits."""
+    import torch
+
+    torch.set_num_threads(1)
+    base, keys = REFUSED_FLIPS[name][:2] if name in REFUSED_FLIPS else (name[:-8], FLIPPED[name[:-8]])  # "_flipped"
+    flipped = FAMILIES[name]
+    tokens = torch.tensor([list(PROMPTS[0].encode())])
+
+    def fingerprint(text):
+        model = initialized(flipped, text)
+        with torch.no_grad():
+            logits = flipped.forward_of(model)(input_ids=tokens).logits
+        return {n: tuple(p.shape) for n, p in model.named_parameters()}, logits
+
+    groups = [g for g in _FLIP_TOGETHER if set(g) <= set(keys)]
+    units = groups + [(k,) for k in keys if not any(k in g for g in groups)]
+    shapes0, logits0 = fingerprint(FAMILIES[base].config)
+    inert = []
+    for unit in units:
+        shapes, logits = fingerprint({**FAMILIES[base].config, **{k: keys[k] for k in unit}})
+        if shapes == shapes0 and torch.allclose(logits, logits0, rtol=0.0, atol=1e-6):
+            inert.append(unit)
+    assert not inert, f"{name}: flipping {inert} changed neither transformers' modules nor its logits"
 
 
 def _compare_rows(name, mode, url, out, want, T, trace) -> np.ndarray:
@@ -506,7 +573,7 @@ def test_hybrid_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged
     # accepted (a verify commits the recurrent state and conv window of a step past the first:
     # cpu/gdn.py's verify convolution and commit), and the draft's routing sits in the MTP section at depth 1.
     prompts = [list(p.encode()) for p in PROMPTS]
-    for name in served.families:
+    for name in (n for n in served.families if MTP_FLAGS[0] in SERVERS[n][1]):  # not the flipped: served spec off
         url, trace = served.urls[name], oracles(name)
         layout = fetch_layout(url)
         assert [(l.depth, l.num_experts, l.topk) for l in layout.mtp_layers] == [

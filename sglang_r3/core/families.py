@@ -22,7 +22,7 @@ against the module tree SGLang (and transformers, where it has the class) builds
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 
 class ConfigError(ValueError):
@@ -864,8 +864,18 @@ def _qwen_moe(v, arch) -> Stack:
             f"{arch}: decoder_sparse_step={step}, mlp_only_layers={dense_only} put dense MLPs in some "
             f"layers, but SGLang builds every {arch} layer as MoE; refusing a layout SGLang would not serve"
         )
+    # qwen3_next.py and qwen3_5.py build their attention projections without biases whatever attention_bias says
+    # (served with it, ~70% of (token, layer) pairs differed from the first full-attention layer on); the releases
+    # set false. qwen3_moe.py and qwen2_moe.py (qkv_bias) honour theirs.
+    if arch in _NO_ATTENTION_BIAS and v.get("attention_bias") is True:
+        raise RuleError(
+            f"{arch}: attention_bias=True: SGLang 0.5.23 (qwen3_next.py / qwen3_5.py) builds its attention "
+            f"projections without biases, transformers adds them; refusing")
     n_mtp = _mtp_count(v, arch, default=_QWEN_MTP_DEFAULT.get(arch, 0))
     return _stack(L, lambda i: True, E, k, n_mtp, mtp_moe=True)
+
+
+_NO_ATTENTION_BIAS = ("Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")
 
 
 def _mimo(v, arch) -> Stack:
@@ -882,6 +892,38 @@ def _every_layer_moe(v, arch) -> Stack:
     E = _int(v, "num_local_experts", arch)
     k = _int(v, "num_experts_per_tok", arch)
     return _stack(L, lambda i: True, E, k)
+
+
+def _mixtral(v, arch) -> Stack:
+    """Mixtral: every layer MoE. SGLang's mixtral.py sizes its heads hidden_size // num_attention_heads whatever
+    head_dim says, while its KV pool and transformers' MixtralForCausalLM use head_dim: served with head_dim 32
+    (hidden 64, 4 heads), the first forward stopped on a shape mismatch. Another head_dim is refused, and a
+    sliding window shorter than the context (served with 8, rows differed)."""
+    hidden, heads, head_dim = _int(v, "hidden_size", arch), _int(v, "num_attention_heads", arch), v.get("head_dim")
+    if head_dim is not None and head_dim != hidden // heads:
+        raise RuleError(
+            f"{arch}: head_dim={head_dim} is not hidden_size // num_attention_heads = {hidden // heads}: SGLang 0.5.23 "
+            f"(mixtral.py) sizes its attention heads from the latter, transformers from head_dim; refusing")
+    # mixtral.py attends to every key; transformers' Mixtral masks beyond sliding_window (the releases set null).
+    window, positions = v.get("sliding_window"), _int(v, "max_position_embeddings", arch)
+    if window is not None and window < positions:
+        raise RuleError(
+            f"{arch}: sliding_window={window}: SGLang 0.5.23 (mixtral.py) attends to every key, transformers' "
+            f"Mixtral only to the last {window}; refusing")
+    return _every_layer_moe(v, arch)
+
+
+def _olmoe(v, arch) -> Stack:
+    """OLMoE: every layer MoE. SGLang's olmoe.py builds its attention without biases, without clipping q/k/v and
+    its experts without renormalising top-k weights, whatever attention_bias, clip_qkv and norm_topk_prob say;
+    transformers' OlmoeForCausalLM honours each (served with the three set, 105 of 106 (token, layer) pairs
+    differed). The published configs set none of them; a config that does is refused naming the key."""
+    for key, served in (("attention_bias", False), ("clip_qkv", None), ("norm_topk_prob", False)):
+        if (v.get(key) or served) != served:
+            raise RuleError(
+                f"{arch}: {key}={v.get(key)!r}: SGLang 0.5.23 (olmoe.py) ignores it (builds as if {key}={served!r}), "
+                f"transformers' OlmoeForCausalLM applies it; refusing")
+    return _every_layer_moe(v, arch)
 
 
 def _gemma4(v, arch) -> Stack:
@@ -932,6 +974,12 @@ def _ernie4_5_moe(v, arch) -> Stack:
             f"(i - moe_layer_start_index) % interval == 0, transformers iff (i + 1) % interval == 0: they disagree "
             f"on which layers are MoE; refusing a layout one of them would not serve"
         )
+    # transformers' Ernie4_5_Moe gives its lm_head a bias with use_bias; SGLang's ernie4.py builds none, and start-up
+    # stopped loading the checkpoint ("Parameter 'lm_head.bias' not found in model"). The releases set false.
+    if v.get("use_bias") is True:
+        raise RuleError(
+            f"{arch}: use_bias=True: transformers' Ernie4_5_Moe then saves an lm_head.bias, which SGLang 0.5.23 "
+            f"(ernie4.py) has no parameter for; refusing")
     return _stack(L, lambda i: start <= i <= end, E, k, _mtp_count(v, arch, default=0), mtp_moe=False)
 
 
@@ -1192,8 +1240,8 @@ FAMILIES: Tuple[Family, ...] = (
            text_model_types={"qwen3_5_moe": "qwen3_5_moe_text"}),
     # MiMo's config class is the checkpoint's own code: no facts.
     Family("MiMo-7B", {"MiMoForCausalLM": ""}, {}, _mimo, mtp=MTP_NEXTN),
-    Family("Mixtral", {"MixtralForCausalLM": "mixtral"}, {"mixtral": _MIXTRAL}, _every_layer_moe),
-    Family("OLMoE", {"OlmoeForCausalLM": "olmoe"}, {"olmoe": _OLMOE}, _every_layer_moe),
+    Family("Mixtral", {"MixtralForCausalLM": "mixtral"}, {"mixtral": _MIXTRAL}, _mixtral),
+    Family("OLMoE", {"OlmoeForCausalLM": "olmoe"}, {"olmoe": _OLMOE}, _olmoe),
     Family("Step-3.5", {"Step3p5ForCausalLM": "step3p5"}, {"step3p5": _STEP3P5}, _step3p5,
            mtp=MTP_MULTI_LAYER, multi_layer_capture=True),
     # minimax_m2.py declares every decoder layer sparse (declare_ffn(sparse=True)); its MTP modules are not
@@ -1269,6 +1317,27 @@ CONFIG_MODEL_TYPES: Tuple[str, ...] = tuple(_FACTS)
 MULTI_LAYER_MTP_ARCHITECTURES: Tuple[str, ...] = tuple(
     a for a, f in _BY_ARCH.items() if f.mtp == MTP_MULTI_LAYER and f.multi_layer_capture
 )
+
+
+# Architectures whose SGLang 0.5.23 model builds its own lm_head whatever tie_word_embeddings says, and loads
+# lm_head.weight, which a tied checkpoint does not hold (transformers' save_pretrained writes the embedding once):
+# served tied, the head keeps its initial values (OLMoE tied: every greedy logprob off transformers'; the rows,
+# SGLang's own forward over its own tokens, still agreed). tests/sweep.py builds every ruled architecture with
+# tie_word_embeddings true and checks this set against the head SGLang builds.
+UNTIED_HEAD_ARCHITECTURES: FrozenSet[str] = frozenset({
+    "AfmoeForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "GptOssForCausalLM", "MiniMaxM2ForCausalLM",
+    "MixtralForCausalLM", "OlmoeForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM",
+    "Qwen3OmniMoeForConditionalGeneration", "Step3p5ForCausalLM",
+})
+
+
+def check_head(view, arch: str) -> None:
+    """Refuse a tied checkpoint SGLang would serve with an untied, unloaded head (``UNTIED_HEAD_ARCHITECTURES``)."""
+    if arch in UNTIED_HEAD_ARCHITECTURES and view.get("tie_word_embeddings") is True:
+        raise RuleError(
+            f"{arch}: tie_word_embeddings=True: SGLang 0.5.23 builds this model's lm_head untied and loads "
+            f"lm_head.weight, which a tied checkpoint does not hold (its head would keep its initial values); "
+            f"refusing")
 
 
 def family_of(architecture: str) -> Optional[Family]:

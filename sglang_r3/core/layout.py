@@ -226,6 +226,7 @@ def layout_from_hf_config(config: Any) -> ModelLayout:
             f"no layout rule for architecture {arch!r} ({why}); supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
     try:
+        families.check_head(view, arch)
         stack = family.rule(view, arch)
     except families.RuleError as e:
         raise LayoutError(str(e)) from None

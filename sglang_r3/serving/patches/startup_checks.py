@@ -582,6 +582,17 @@ def _checkpoint(cfg, names, *, resolved) -> Rule:
             f"then takes Qwen3-VL's deepstack layers [8, 16, 24], which Qwen3.5 does not have (transformers' "
             f'Qwen3.5 writes no such key); add "vision_config.deepstack_visual_indexes": [] as the releases ship it'
         ))
+    # The layout rule on the checkpoint's own config.json, before SGLang loads a weight: a config the rule refuses
+    # stops here naming its key, also where SGLang's load would stop first on another error (ERNIE-4.5's use_bias:
+    # "Parameter 'lm_head.bias' not found"). Under --json-model-override-args the merged config is checked by the
+    # scheduler's layout (as for a Hub id not cached yet).
+    if getattr(cfg, "json_model_override_args", None) in (None, "", "{}"):
+        from sglang_r3.core.layout import LayoutError, layout_from_hf_config
+
+        try:
+            layout_from_hf_config(config)
+        except LayoutError as e:
+            yield _Hit("model_path", cfg.model_path, str(e))
 
 
 def _config_json(cfg) -> Optional[str]:
