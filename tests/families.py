@@ -591,7 +591,6 @@ FLIPPED: Dict[str, Dict[str, Any]] = {
     "gpt_oss": dict(attention_bias=False, layer_types=["full_attention", "full_attention"]),
     "ernie4_5_moe": dict(tie_word_embeddings=True, moe_layer_end_index=-1),
     "qwen3_next": dict(norm_topk_prob=False),
-    "qwen3_5_moe_text": dict(tie_word_embeddings=True),
 }
 # Keys SGLang 0.5.23 builds otherwise than transformers (found by a flipped checkpoint): each set alone the other
 # way in a checkpoint of its own, refused at start-up by the layout rule naming it. name -> (family, keys, the

@@ -210,7 +210,9 @@ def _check_layout_roles(name, url, oracles):
 
 @pytest.mark.parametrize("mode", sorted(SAMPLING))
 def test_captured_rows_are_transformers_router_topk(served, oracles, mode):
-    for name in served.families:
+    # A flipped checkpoint proves its keys' math with greedy completions (rows and logprobs); sampling is its
+    # family's to prove, once.
+    for name in (n for n in served.families if mode == "greedy" or not n.endswith("_flipped")):
         _check_rows(name, served.urls[name], oracles, mode)
 
 
@@ -504,6 +506,13 @@ def test_families_not_served_on_cpu_stop_where_the_docstring_says(name):
     # a model loads: a few seconds after SGLang imports), so the statement is checked, not remembered.
     fam = FAMILIES[name]
     path = build(fam)
+    if name in REFUSED_FLIPS and name != "ernie4_5_moe_use_bias":
+        # The launcher runs this same layout rule on config.json before a weight loads (startup_checks), as the
+        # one launched below shows (ERNIE's, whose load would stop first on its own); the rest are read here.
+        with pytest.raises(LayoutError) as info:
+            layout_from_model_path(str(path))
+        assert fam.not_served in str(info.value)
+        return
     if name == "llama4_text":
         with pytest.raises(LayoutError, match="Llama4ForCausalLM.*permute_qk_weight_for_rotary"):
             layout_from_model_path(str(path))

@@ -384,7 +384,14 @@ def test_multi_layer_eagle_for_a_model_without_a_layout_is_refused_naming_the_fl
 
     # MTP layers 45 (MoE) and 46, 47 (dense): SGLang would build all three as layer 45.
     enum = ",".join(str(i) for i in range(1, NUM_LAYERS + 1))
-    err = _refusal(sglang_args, _step3p5_dir(tmp_path, moe_layers_enum=enum) + SPEC_FLAGS)
+    flags = _step3p5_dir(tmp_path, moe_layers_enum=enum) + SPEC_FLAGS
+    # The checkpoint's config.json has no layout: refused on it before anything resolves, naming --model-path.
+    err = _refusal(sglang_args, flags)
+    assert [f.split()[0] for f in err.flags] == ["--model-path"], str(err)
+    assert "layer 45" in str(err)
+    # Under --json-model-override-args the merged config is the model's: checked once SGLang resolved it, where
+    # the refusal names the flag SGLang set.
+    err = _refusal(sglang_args, flags + ["--json-model-override-args", '{"sglang_r3_unused": 1}'])
     assert err.flags == ["--enable-multi-layer-eagle (not on the command line: SGLang set it while resolving "
                          "this configuration)"], str(err)
     assert "no layout" in str(err) and "layer 45" in str(err)
