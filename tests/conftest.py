@@ -13,7 +13,7 @@ import torch
 
 from benchmarks.soak import SOAK_SERVER_ENV, SOAK_SERVER_FLAGS
 from sglang_r3.core import settings
-from tests import children
+from tests import children, ordering
 from tests.servers import ServerProcess
 from tests.tiers import *  # noqa: F401,F403  (the tier hooks: tests/tiers.py)
 
@@ -23,6 +23,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 def pytest_configure(config):
     children.install()  # a run stopped by SIGTERM / SIGINT reaps its servers, gateways and Ray first
+    config.pluginmanager.register(ordering, "sglang_r3_ordering")  # one block per server group
 
 
 @pytest.hookimpl(wrapper=True)

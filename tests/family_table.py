@@ -203,7 +203,7 @@ def _link(s: Script) -> str:
 def _proof(arch: str) -> str:
     """How ``arch`` is proven, from the tests that prove it; '' when it has no rule."""
     from sglang_r3.core.families import SUPPORTED_ARCHITECTURES
-    from tests.families import FAMILIES, FLIPPED, IMAGE_FAMILIES, MTP_FLAGS, SERVERS, TRANSFORMERS_CLASS
+    from tests.families import FAMILIES, FLIPPED, IMAGE_FAMILIES, IMAGE_GREEDY_ONLY, MTP_FLAGS, SERVERS, TRANSFORMERS_CLASS
 
     if arch not in SUPPORTED_ARCHITECTURES:
         return ""
@@ -219,7 +219,8 @@ def _proof(arch: str) -> str:
         parts.append(f"served forward = transformers' router top-k (`tests/test_families.py` `{name}`"
                      + (": " + ", ".join(f"`{k}`" for k in flipped) + " the other way" if flipped else "")
                      + (", MTP speculation on = off" if spec_on else "")
-                     + (", text prompts and with an image" if name in IMAGE_FAMILIES else "") + ")")
+                     + (", text prompts and with an image" if name in IMAGE_FAMILIES else "")
+                     + (" (greedy; sampled with an image: `IMAGE_GREEDY_ONLY`)" if name in IMAGE_GREEDY_ONLY else "") + ")")
     if arch in OTHER_FORWARDS:
         path, what = OTHER_FORWARDS[arch]
         parts.append(f"served forward (`{path}`): {what}")

@@ -31,7 +31,7 @@ MiniMax-M2 (sigmoid scores with a selection bias, q/k RMS norm over the whole at
 GLM-4.5V, Qwen3.5-MoE, Qwen3-VL-MoE and Kimi-K2.5 with an image in the prompt (the tokenizer carries the releases' vision
 tokens, the processor runs on CPU): the image's tokens pass through the MoE layers like text, and their rows, ours and upstream's,
 are transformers' router top-k over the pixels the checkpoint's own processor made
-(``test_image_prompt_rows_are_transformers_router_topk``). A Qwen3.5 vision config without
+(``test_image_prompt_rows_are_transformers_router_topk``; GLM-4.5V's greedy only: ``IMAGE_GREEDY_ONLY``). A Qwen3.5 vision config without
 ``deepstack_visual_indexes`` (transformers' own save) is refused at start-up: SGLang defaults it to Qwen3-VL's
 [8, 16, 24], and the first image prompt stopped its scheduler (tests/test_startup_refusals.py).
 GLM-4.5V / 4.6V (``Glm4vMoeForConditionalGeneration``, one-block vision tower and processor configs, text prompts and
@@ -142,9 +142,9 @@ import numpy as np
 import pytest
 
 from sglang_r3.core.layout import ROLE_DENSE, ROLE_MOE, ROLE_MTP, LayoutError, layout_from_model_path
-from tests.families import (FAMILIES, FLIPPED, GROUPS, IMAGE_FAMILIES, NEAR_TIE_LOGIT, NEAR_TIES_PER_RESPONSE,
-                            MTP_FLAGS, REFUSED_FLIPS, SERVERS, Family, RouterTrace, build, dense_or_moe, initialized,
-                            load_transformers, serve_group)
+from tests.families import (FAMILIES, FLIPPED, GROUPS, IMAGE_FAMILIES, IMAGE_GREEDY_ONLY, NEAR_TIE_LOGIT,
+                            NEAR_TIES_PER_RESPONSE, MTP_FLAGS, REFUSED_FLIPS, SERVERS, Family, RouterTrace, build,
+                            dense_or_moe, initialized, load_transformers, serve_group, stop_ahead)
 from tests.routing_http import fetch_layout, generate, record_of
 
 pytestmark = pytest.mark.server
@@ -165,9 +165,26 @@ RELEASE_FAMILIES = ("mixtral", "olmoe", "qwen3_moe", "minimax_m2", "qwen2_moe")
 
 @pytest.fixture(scope="module", params=[pytest.param(g, marks=pytest.mark.release) if g in RELEASE_FAMILIES else g
                                         for g in sorted(GROUPS)])
-def served(request):
-    """One family's servers at a time: pytest runs every test of a family, then the next family."""
-    yield from serve_group(request.param)
+def served(request, _group_order):
+    """One family's servers at a time: pytest runs every test of a family, then the next family (the next ones'
+    servers start while this family's tests run: tests/families.py serve_group)."""
+    order, done = _group_order
+    then = order[len(done) + 1:] if order[len(done):len(done) + 1] == [request.param] else ()
+    done.append(request.param)
+    yield from serve_group(request.param, then=then)
+
+
+@pytest.fixture(scope="session")
+def _group_order(request):
+    """The groups in the order pytest sets ``served`` up (its items, reordered by module-scoped parameter: one
+    block per group), and the groups set up so far."""
+    order = []
+    for item in request.session.items:
+        group = getattr(item, "callspec", None) and item.callspec.params.get("served")
+        if group and (not order or order[-1] != group):
+            order.append(group)
+    yield order, []
+    stop_ahead()
 
 
 @pytest.fixture(scope="module")
@@ -283,6 +300,10 @@ def test_image_prompt_rows_are_transformers_router_topk(served, oracles, mode):
     import transformers
 
     name = served.family
+    if mode == "sampled" and name in IMAGE_GREEDY_ONLY:
+        # (A skip, not a narrower parametrization: parametrized by (mode, family) pairs, pytest started each family's
+        # servers once per mode.)
+        pytest.skip(f"{name}: sampled completions after an image are not proven (tests/families.py IMAGE_GREEDY_ONLY)")
     text, side = IMAGE_FAMILIES[name]
     image, url_data = _image(side)
     processor = transformers.AutoProcessor.from_pretrained(str(build(FAMILIES[name])))
@@ -406,18 +427,44 @@ def _qwen3_with_a_dense_layer() -> Family:
     return Family("qwen3_moe_mlp_only", base.config_class, base.model_class, {**base.config, "mlp_only_layers": [0]})
 
 
-def _start_up_refusal(path) -> str:
-    """What our launcher says when it refuses to serve the checkpoint at ``path`` (it must exit)."""
+def _launch(path):
     from tests.families import SERVE_FLAGS
     from tests.servers import ServerProcess
 
-    server = ServerProcess(["--model-path", str(path), *SERVE_FLAGS]).start()
+    return ServerProcess(["--model-path", str(path), *SERVE_FLAGS]).start()
+
+
+def _refusal_of(server) -> str:
+    """What our launcher said when it refused to serve (it must exit)."""
     try:
         with pytest.raises(RuntimeError, match="server exited") as info:
             server.wait_ready()
     finally:
         server.stop()
     return str(info.value)
+
+
+def _start_up_refusal(path) -> str:
+    """What our launcher says when it refuses to serve the checkpoint at ``path``."""
+    return _refusal_of(_launch(path))
+
+
+def _read_in_process(name) -> bool:
+    # The launcher runs the layout rule on config.json before a weight loads (startup_checks), as the one refused
+    # flip launched shows (ERNIE's, whose load would stop first on its own); the other flips are read in-process.
+    return name in REFUSED_FLIPS and name != "ernie4_5_moe_use_bias"
+
+
+@pytest.fixture(scope="module")
+def launched_refusals(request):
+    """Our launcher started on every selected not-served checkpoint that is launched, all at once: each stops at
+    start-up after a SGLang import, which started one by one would run in series on one core."""
+    selected = {item.callspec.params["name"] for item in request.session.items
+                if item.originalname == "test_families_not_served_on_cpu_stop_where_the_docstring_says"}
+    servers = {n: _launch(build(FAMILIES[n])) for n in sorted(selected) if not _read_in_process(n)}
+    yield lambda name: _refusal_of(servers[name])
+    for server in servers.values():
+        server.stop()
 
 
 @pytest.mark.fast  # transformers only
@@ -501,14 +548,12 @@ def test_qwen_mlp_only_layers_stay_refused_at_start_up():
 
 @pytest.mark.sglang
 @pytest.mark.parametrize("name", sorted(n for n, f in FAMILIES.items() if f.not_served))
-def test_families_not_served_on_cpu_stop_where_the_docstring_says(name):
+def test_families_not_served_on_cpu_stop_where_the_docstring_says(name, launched_refusals):
     # Each family this module does not serve stops our launcher at start-up with the reason stated above (before
     # a model loads: a few seconds after SGLang imports), so the statement is checked, not remembered.
     fam = FAMILIES[name]
     path = build(fam)
-    if name in REFUSED_FLIPS and name != "ernie4_5_moe_use_bias":
-        # The launcher runs this same layout rule on config.json before a weight loads (startup_checks), as the
-        # one launched below shows (ERNIE's, whose load would stop first on its own); the rest are read here.
+    if _read_in_process(name):
         with pytest.raises(LayoutError) as info:
             layout_from_model_path(str(path))
         assert fam.not_served in str(info.value)
@@ -519,7 +564,7 @@ def test_families_not_served_on_cpu_stop_where_the_docstring_says(name):
     if name == "glm4_moe_lite_no_q_lora":  # the trainer reading the same config.json refuses it too
         with pytest.raises(LayoutError, match="Glm4MoeLiteForCausalLM: q_lora_rank=None.*never loads it"):
             layout_from_model_path(str(path))
-    assert fam.not_served in _start_up_refusal(path)
+    assert fam.not_served in launched_refusals(name)
 
 
 def _check_mtp_section(tokens, mtp):
