@@ -1161,13 +1161,12 @@ IMAGE_FAMILIES = {
     "kimi_k25": ("Look: <|media_begin|><|media_pad|><|media_end|> What is it?", 56),
 }
 # Served with an image, greedy only: sampled completions after an image differ from transformers' at a pair now and
-# then (measured, GLM-4.5V: 5 of 28 responses, 1-2 pairs each, at completion tokens, where transformers' own router
-# needs its logits moved by 1e-3 to 1e-2 to pick SGLang's experts: more than a float32 near tie, NEAR_TIE_LOGIT; the
-# same with SGLang's prefix cache flushed before each request, and with transformers' fast and PIL image processors,
-# whose pixels agree within 3e-7). Greedy (deterministic) agrees, rows. Where it comes from: with the image, SGLang's
-# completion logprobs are 4.3e-4 off transformers' (text-only prompts: 3.8e-7; Qwen3-VL-MoE with an image: 3.8e-7),
-# so GLM-4.5V's image path computes otherwise on the CPU runtime (its vision tower, most likely: completion positions
-# moved by one either way make it worse, so not M-RoPE's decode offset). Not yet traced to an op.
+# then (GLM-4.5V: 5 of 28 responses, 1-2 pairs each, where transformers' own router needs its logits moved by 1e-3 to
+# 1e-2 to pick SGLang's experts: more than a float32 near tie, NEAR_TIE_LOGIT). Cause, traced op by op: SGLang's
+# glm4v.py builds the patch merger's post_projection_norm as its own LayerNorm, eps 1e-6, where transformers' uses
+# nn.LayerNorm's 1e-5 (every device). Every vision op before it agrees within float32; after it the image features
+# are 1% of their scale apart in this tiny checkpoint, and SGLang's completion logprobs 4.3e-4 off transformers'
+# (text-only prompts: 3.8e-7). With transformers' eps set to 1e-6 they agree within 4.3e-7. Greedy rows agree.
 IMAGE_GREEDY_ONLY = {"glm4v_moe"}
 
 
