@@ -1160,14 +1160,20 @@ IMAGE_FAMILIES = {
     "qwen3_vl_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
     "kimi_k25": ("Look: <|media_begin|><|media_pad|><|media_end|> What is it?", 56),
 }
-# Served with an image, greedy only: sampled completions after an image differ from transformers' at a pair now and
-# then (GLM-4.5V: 5 of 28 responses, 1-2 pairs each, where transformers' own router needs its logits moved by 1e-3 to
-# 1e-2 to pick SGLang's experts: more than a float32 near tie, NEAR_TIE_LOGIT). Cause, traced op by op: SGLang's
-# glm4v.py builds the patch merger's post_projection_norm as its own LayerNorm, eps 1e-6, where transformers' uses
-# nn.LayerNorm's 1e-5 (every device). Every vision op before it agrees within float32; after it the image features
-# are 1% of their scale apart in this tiny checkpoint, and SGLang's completion logprobs 4.3e-4 off transformers'
-# (text-only prompts: 3.8e-7). With transformers' eps set to 1e-6 they agree within 4.3e-7. Greedy rows agree.
-IMAGE_GREEDY_ONLY = {"glm4v_moe"}
+# Where SGLang's model builds a norm with another eps than transformers' (on every device), the oracle takes SGLang's,
+# so the rows compared are of one computation; tests/test_families.py pins each difference on both sides.
+# GLM-4.5V: glm4v.py builds the patch merger's post_projection_norm as SGLang's own LayerNorm (eps 1e-6), transformers
+# as nn.LayerNorm (1e-5). Traced op by op (every vision op before it agrees within float32): with transformers' eps,
+# SGLang's logprobs after an image were 4.3e-4 off (text-only: 3.8e-7) and sampled completions differed at a pair
+# now and then (5 of 28 responses, 1e-3 to 1e-2 of a logit from a tie); with SGLang's, 4.3e-7.
+SGLANG_NORM_EPS = {"glm4v_moe": {"model.visual.merger.post_projection_norm": 1e-6}}
+
+
+def with_sglang_norm_eps(name: str, model):
+    """``model`` (transformers') with the norms SGLang builds with another eps set to SGLang's (SGLANG_NORM_EPS)."""
+    for path, eps in SGLANG_NORM_EPS.get(name, {}).items():
+        model.get_submodule(path).eps = eps
+    return model
 
 
 # Flags every family server runs with: the user's launch (our launcher, fp32 for exactness), a KV pool

@@ -203,7 +203,8 @@ def _link(s: Script) -> str:
 def _proof(arch: str) -> str:
     """How ``arch`` is proven, from the tests that prove it; '' when it has no rule."""
     from sglang_r3.core.families import SUPPORTED_ARCHITECTURES
-    from tests.families import FAMILIES, FLIPPED, IMAGE_FAMILIES, IMAGE_GREEDY_ONLY, MTP_FLAGS, SERVERS, TRANSFORMERS_CLASS
+    from tests.families import (FAMILIES, FLIPPED, IMAGE_FAMILIES, MTP_FLAGS, SERVERS, SGLANG_NORM_EPS,
+                                TRANSFORMERS_CLASS)
 
     if arch not in SUPPORTED_ARCHITECTURES:
         return ""
@@ -220,7 +221,8 @@ def _proof(arch: str) -> str:
                      + (": " + ", ".join(f"`{k}`" for k in flipped) + " the other way" if flipped else "")
                      + (", MTP speculation on = off" if spec_on else "")
                      + (", text prompts and with an image" if name in IMAGE_FAMILIES else "")
-                     + (" (greedy; sampled with an image: `IMAGE_GREEDY_ONLY`)" if name in IMAGE_GREEDY_ONLY else "") + ")")
+                     + ("; transformers at SGLang's eps for " + ", ".join(f"`{m}`" for m in SGLANG_NORM_EPS[name])
+                        + ", which SGLang builds otherwise: `SGLANG_NORM_EPS`" if name in SGLANG_NORM_EPS else "") + ")")
     if arch in OTHER_FORWARDS:
         path, what = OTHER_FORWARDS[arch]
         parts.append(f"served forward (`{path}`): {what}")

@@ -31,7 +31,7 @@ MiniMax-M2 (sigmoid scores with a selection bias, q/k RMS norm over the whole at
 GLM-4.5V, Qwen3.5-MoE, Qwen3-VL-MoE and Kimi-K2.5 with an image in the prompt (the tokenizer carries the releases' vision
 tokens, the processor runs on CPU): the image's tokens pass through the MoE layers like text, and their rows, ours and upstream's,
 are transformers' router top-k over the pixels the checkpoint's own processor made
-(``test_image_prompt_rows_are_transformers_router_topk``; GLM-4.5V's greedy only: ``IMAGE_GREEDY_ONLY``). A Qwen3.5 vision config without
+(``test_image_prompt_rows_are_transformers_router_topk``; GLM-4.5V's merger norm at SGLang's eps: ``SGLANG_NORM_EPS``). A Qwen3.5 vision config without
 ``deepstack_visual_indexes`` (transformers' own save) is refused at start-up: SGLang defaults it to Qwen3-VL's
 [8, 16, 24], and the first image prompt stopped its scheduler (tests/test_startup_refusals.py).
 GLM-4.5V / 4.6V (``Glm4vMoeForConditionalGeneration``, one-block vision tower and processor configs, text prompts and
@@ -142,9 +142,10 @@ import numpy as np
 import pytest
 
 from sglang_r3.core.layout import ROLE_DENSE, ROLE_MOE, ROLE_MTP, LayoutError, layout_from_model_path
-from tests.families import (FAMILIES, FLIPPED, GROUPS, IMAGE_FAMILIES, IMAGE_GREEDY_ONLY, NEAR_TIE_LOGIT,
+from tests.families import (FAMILIES, FLIPPED, GROUPS, IMAGE_FAMILIES, NEAR_TIE_LOGIT, SGLANG_NORM_EPS,
                             NEAR_TIES_PER_RESPONSE, MTP_FLAGS, REFUSED_FLIPS, SERVERS, Family, RouterTrace, build,
-                            dense_or_moe, initialized, load_transformers, serve_group, stop_ahead)
+                            dense_or_moe, initialized, load_transformers, serve_group, stop_ahead,
+                            with_sglang_norm_eps)
 from tests.routing_http import fetch_layout, generate, record_of
 
 pytestmark = pytest.mark.server
@@ -191,7 +192,8 @@ def _group_order(request):
 def oracles():
     """transformers' model and router hooks per family, loaded once."""
     out = {}
-    yield lambda name: out.setdefault(name, RouterTrace(load_transformers(build(FAMILIES[name]))))
+    yield lambda name: out.setdefault(
+        name, RouterTrace(with_sglang_norm_eps(name, load_transformers(build(FAMILIES[name])))))
     for trace in out.values():
         trace.close()
 
@@ -300,10 +302,6 @@ def test_image_prompt_rows_are_transformers_router_topk(served, oracles, mode):
     import transformers
 
     name = served.family
-    if mode == "sampled" and name in IMAGE_GREEDY_ONLY:
-        # (A skip, not a narrower parametrization: parametrized by (mode, family) pairs, pytest started each family's
-        # servers once per mode.)
-        pytest.skip(f"{name}: sampled completions after an image are not proven (tests/families.py IMAGE_GREEDY_ONLY)")
     text, side = IMAGE_FAMILIES[name]
     image, url_data = _image(side)
     processor = transformers.AutoProcessor.from_pretrained(str(build(FAMILIES[name])))
@@ -531,6 +529,31 @@ def test_the_kimi_k25_checkpoint_is_in_the_hubs_layout_and_transformers_reads_al
     assert any(k.endswith("mlp.gate.e_score_correction_bias") for k in text)
     for k, v in text.items():
         assert torch.equal(params[k.replace("language_model.model.", "model.language_model.")], v), k
+
+
+@pytest.mark.sglang  # SGLang's module built in a fresh process, as the sweep builds it
+def test_the_norm_eps_the_oracle_takes_from_sglang_is_sglangs_and_differs_from_transformers():
+    # SGLANG_NORM_EPS is a difference of SGLang's model, not a choice of ours: SGLang builds the norm with that eps and
+    # transformers with another. When either side changes, this fails and the entry goes.
+    import subprocess
+    import sys
+
+    code = (
+        "from tests import sweep\n"
+        "sweep.init_runtime()\n"
+        "import torch\n"
+        "from sglang.srt.models.glm4v import Glm4vPatchMerger\n"
+        "with torch.device('meta'):\n"
+        "    print(Glm4vPatchMerger(d_model=64, context_dim=64).post_projection_norm.variance_epsilon)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sglang_eps = float(out.stdout.strip().splitlines()[-1])
+    model = load_transformers(build(FAMILIES["glm4v_moe"]))
+    (path, eps), = SGLANG_NORM_EPS["glm4v_moe"].items()
+    assert sglang_eps == eps
+    assert model.get_submodule(path).eps != eps  # transformers' own (1e-5)
 
 
 @pytest.mark.sglang  # the launcher refuses before SGLang serves
