@@ -22,6 +22,12 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
         one_block_per_value(items, argname)
 
 
+def values_in_order(items: List[pytest.Item], argname: str) -> list:
+    """The values of parameter ``argname`` in the order ``items`` run them (each once: one block per value)."""
+    return list(dict.fromkeys(item.callspec.params[argname] for item in items
+                              if argname in getattr(getattr(item, "callspec", None), "params", {})))
+
+
 def one_block_per_value(items: List[pytest.Item], argname: str) -> None:
     """Reorder ``items`` in place: the tests with parameter ``argname`` keep the positions they hold, refilled
     with one block per value (in the order values first appear; a block keeps its tests' order)."""

@@ -179,12 +179,9 @@ def served(request, _group_order):
 def _group_order(request):
     """The groups in the order pytest sets ``served`` up (its items, reordered by module-scoped parameter: one
     block per group), and the groups set up so far."""
-    order = []
-    for item in request.session.items:
-        group = getattr(item, "callspec", None) and item.callspec.params.get("served")
-        if group and (not order or order[-1] != group):
-            order.append(group)
-    yield order, []
+    from tests.ordering import values_in_order
+
+    yield values_in_order(request.session.items, "served"), []
     stop_ahead()
 
 
