@@ -181,9 +181,67 @@ def test_sglang_engine_refuses_two_batch_overlap_naming_the_flag_before_any_proc
     assert refusal["children"] == 0
 
 
-def _refused(cmd: List[str], env=OPT_IN) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=REFUSAL_TIMEOUT_S, cwd=ROOT,
-                          env={**os.environ, **env})
+def _slime(overrides) -> List[str]:
+    return [sys.executable, str(ROOT / "tests" / "slime_launch.py"), "0", json.dumps({**SLIME_OVERRIDES, **overrides})]
+
+
+def _cli_without(omit: List[str]) -> List[str]:
+    args = _cli_args([])
+    for flag in omit:
+        i = args.index(flag)
+        del args[i: i + (2 if flag == "--device" else 1)]
+    return [sys.executable, "-m", "sglang.launch_server", *args]
+
+
+_CPU_FLAGS_OMITTED = {"device": ["--device"], "overlap-and-graphs": ["--disable-overlap-schedule", "--disable-cuda-graph"]}
+# The launches each test below expects refused at start-up: a test (and parameter) -> the command.
+REFUSED_LAUNCHES = {
+    "test_sglang_cli_refuses_two_batch_overlap_naming_the_flag":
+        lambda: [sys.executable, "-m", "sglang.launch_server", *_cli_args(["--enable-two-batch-overlap"])],
+    "test_slime_launch_refuses_another_speculative_algorithm_naming_the_flag":
+        lambda: _slime({"speculative_algorithm": "NGRAM"}),
+    "test_slime_launch_refuses_a_multi_tokenizer_server_naming_the_flag": lambda: _slime({"tokenizer_worker_num": 2}),
+    "test_slime_launch_without_routed_experts_is_refused_naming_the_flag":
+        lambda: _slime({"enable_return_routed_experts": None}),
+    **{f"test_sglang_cli_on_a_cpu_host_refuses_missing_cpu_flags_naming_them[{k}]": (lambda o=o: _cli_without(o))
+       for k, o in _CPU_FLAGS_OMITTED.items() if CPU},
+}
+
+
+@pytest.fixture(scope="module")
+def launches(request, tmp_path_factory):
+    """The selected tests' launches, all started at once: each is a SGLang import (parent and child) that ends at
+    start-up, about 30 s on one core, which one by one ran in series. Yields test name -> its finished process."""
+    selected = [item.name for item in request.session.items if item.name in REFUSED_LAUNCHES]
+    folder = tmp_path_factory.mktemp("refusals")
+    started = {}
+    for name in selected:
+        out, err = open(folder / f"{name}.out", "w+"), open(folder / f"{name}.err", "w+")
+        proc = subprocess.Popen(REFUSED_LAUNCHES[name](), stdout=out, stderr=err, text=True, cwd=ROOT,
+                                env={**os.environ, **OPT_IN})
+        started[name] = (proc, out, err)
+
+    def finished(name: str) -> subprocess.CompletedProcess:
+        proc, out, err = started[name]
+        try:
+            proc.wait(timeout=REFUSAL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read())
+
+    yield finished
+    for proc, out, err in started.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        out.close()
+        err.close()
+
+
+def _refused(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     # SGLang logs its resolved arguments right before it starts its scheduler processes: never got there.
@@ -192,8 +250,8 @@ def _refused(cmd: List[str], env=OPT_IN) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_sglang_cli_refuses_two_batch_overlap_naming_the_flag():
-    proc = _refused([sys.executable, "-m", "sglang.launch_server", *_cli_args(["--enable-two-batch-overlap"])])
+def test_sglang_cli_refuses_two_batch_overlap_naming_the_flag(launches, request):
+    proc = _refused(launches(request.node.name))
     assert "\n  --enable-two-batch-overlap: " in proc.stderr, proc.stderr[-3000:]
     assert "SGLANG_R3_ENABLED=1" in proc.stderr
 
@@ -204,50 +262,39 @@ def _installed_sglang() -> str:
     return importlib.metadata.version("sglang")
 
 
-def test_slime_launch_refuses_another_speculative_algorithm_naming_the_flag():
+def test_slime_launch_refuses_another_speculative_algorithm_naming_the_flag(launches, request):
     # Resolved by SGLang before our plugin loads (slime's path): refused at check_server_args, in the child.
-    cmd = [sys.executable, str(ROOT / "tests" / "slime_launch.py"), "0",
-           json.dumps({**SLIME_OVERRIDES, "speculative_algorithm": "NGRAM"})]
+    proc = launches(request.node.name)
     if CPU and _installed_sglang() == "0.5.15.post1":
         # 0.5.15 resolves ServerArgs when slime builds it, in slime's own process (no plugin loaded there), and
         # itself refuses NGRAM off CUDA (arg_groups/speculative_hook.py _handle_ngram): no server starts, so no
         # child for our refusal. On a GPU the child starts and check_server_args refuses it as on 0.5.23.
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=REFUSAL_TIMEOUT_S, cwd=ROOT,
-                              env={**os.environ, **OPT_IN})
         assert proc.returncode != 0 and "server_args=" not in proc.stdout + proc.stderr
         assert "Ngram speculative decoding only supports CUDA device" in proc.stderr, proc.stderr[-3000:]
         return
-    proc = _refused(cmd)
+    proc = _refused(proc)
     assert "\n  --speculative-algorithm NGRAM: " in proc.stderr, proc.stderr[-3000:]
     assert "slime_launch: server process exited with 1" in proc.stdout
 
 
-def test_slime_launch_refuses_a_multi_tokenizer_server_naming_the_flag():
+def test_slime_launch_refuses_a_multi_tokenizer_server_naming_the_flag(launches, request):
     # The same path with a setting every served release resolves on the CPU runtime: the child refuses it.
-    proc = _refused([sys.executable, str(ROOT / "tests" / "slime_launch.py"), "0",
-                     json.dumps({**SLIME_OVERRIDES, "tokenizer_worker_num": 2})])
+    proc = _refused(launches(request.node.name))
     assert "\n  --tokenizer-worker-num 2: " in proc.stderr, proc.stderr[-3000:]
     assert "slime_launch: server process exited with 1" in proc.stdout
 
 
-def test_slime_launch_without_routed_experts_is_refused_naming_the_flag():
+def test_slime_launch_without_routed_experts_is_refused_naming_the_flag(launches, request):
     # A slime run without --use-rollout-routing-replay: capture asked for, but no request could get routing.
-    proc = _refused([sys.executable, str(ROOT / "tests" / "slime_launch.py"), "0",
-                     json.dumps({**SLIME_OVERRIDES, "enable_return_routed_experts": None})])
+    proc = _refused(launches(request.node.name))
     assert "\n  --enable-return-routed-experts: " in proc.stderr, proc.stderr[-3000:]
 
 
 @pytest.mark.skipif(not CPU, reason="the CPU runtime's flags are required only on a host without a GPU")
-@pytest.mark.parametrize("omit, named", [
-    (["--device"], ["--device cpu"]),
-    (["--disable-overlap-schedule", "--disable-cuda-graph"], ["--disable-overlap-schedule", "--disable-cuda-graph"]),
-], ids=["device", "overlap-and-graphs"])
-def test_sglang_cli_on_a_cpu_host_refuses_missing_cpu_flags_naming_them(omit, named):
-    args = _cli_args([])
-    for flag in omit:
-        i = args.index(flag)
-        del args[i: i + (2 if flag == "--device" else 1)]
-    proc = _refused([sys.executable, "-m", "sglang.launch_server", *args])
+@pytest.mark.parametrize("named", [["--device cpu"], ["--disable-overlap-schedule", "--disable-cuda-graph"]],
+                         ids=list(_CPU_FLAGS_OMITTED))  # the flags left out, named in the refusal
+def test_sglang_cli_on_a_cpu_host_refuses_missing_cpu_flags_naming_them(named, launches, request):
+    proc = _refused(launches(request.node.name))
     listed = [line.split(":", 1)[0].strip() for line in proc.stderr.splitlines() if line.startswith("  --")]
     assert listed == named, proc.stderr[-3000:]
 

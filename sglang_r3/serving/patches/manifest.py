@@ -635,7 +635,7 @@ MANIFEST: Tuple[Touch, ...] = (
           "(config)"),
     Touch("sglang.srt.configs.model_config.get_dsa_index_topk", "uses",
           "a DSA model's index_topk (the CPU runtime's context-length check)", "(config)", R23),
-    # -- CPU runtime, DeepSeek-style attention without RoPE scaling (patches/cpu/rope.py) -------------------------
+    # -- CPU runtime, DeepSeek-style attention's rotation: unscaled, half-split (patches/cpu/rope.py) --------------
     Touch("sglang.srt.layers.rotary_embedding.factory.get_rope_cpu", "hook:around",
           "CPU only: without rope_scaling (which it asserts is deepseek_yarn), the plain rotary embedding get_rope "
           "builds on every other device; scaled configs unchanged",
@@ -645,6 +645,17 @@ MANIFEST: Tuple[Touch, ...] = (
           "CPU only, for DeepSeek-style attention without rope_scaling: the plain rotary embedding",
           "(head_size, rotary_dim, max_position, base, is_neox_style=True, rope_scaling=None, dtype=None, "
           "partial_rotary_factor=1.0, dual_chunk_attention_config=None)"),
+    Touch("sglang.srt.layers.rotary_embedding.rope_variant.DeepseekScalingRotaryEmbedding.forward_native",
+          "hook:around", "CPU only: half-split pairs (is_neox_style, rope_interleave false) rotated as it means to; it "
+          "repeats cos/sin to a leading axis; interleaved unchanged", "(self, positions, query, key, offsets=None)"),
+    Touch("sglang.srt.layers.rotary_embedding.rope_variant.DeepseekScalingRotaryEmbedding.forward_cpu", "hook:around",
+          "CPU only (AMX): half-split pairs rotated as forward_native means to; its kernel call passes is_neox=False; "
+          "interleaved unchanged", "(self, positions, query, key, offsets=None)"),
+    Touch("sglang.srt.layers.rotary_embedding.rope_variant.DeepseekScalingRotaryEmbedding", "reads",
+          "its pair layout, YaRN cos/sin cache and rotated width (CPU only)",
+          attrs=("is_neox_style", "cos_sin_cache", "rotary_dim")),
+    Touch("sglang.srt.layers.rotary_embedding.utils.rotate_neox", "uses",
+          "CPU only: the half-split rotation DeepseekScalingRotaryEmbedding.forward_native applies", "(x)"),
     Touch("sgl_kernel", "op", "torch versions of the *_cpu ops sgl-kernel's CPU paths call: speculative "
           "(cpu/spec_ops.py) and gated delta-net (cpu/gdn.py)"),
 )

@@ -27,7 +27,8 @@
 11. dsa: GLM-5 / DeepSeek-V3.2 served with MLA over every key (exact while sequences fit in index_topk): the
    CUDA-only DSA start-up passes skipped, the indexer not run where the backend has no indexer metadata.
 12. rope: DeepSeek-style attention without RoPE scaling (Moonlight) gets SGLang's plain rotary embedding, where
-   its CPU path asserts a deepseek_yarn scaling.
+   its CPU path asserts a deepseek_yarn scaling; its YaRN rotation with half-split pairs (rope_interleave false)
+   computed as SGLang's forward_native means it (which adds an axis there, and its AMX kernel call interleaves).
 13. gemma4: Gemma-4's router normalises with its fused input scale (the CPU norm path skipped it), and its start-up
    assertion counts torch_native as the CPU attention backend.
 14. mamba2: Mamba-2 mixers (Nemotron-H) with torch versions of their causal convolutions (unbound on a CPU import),
