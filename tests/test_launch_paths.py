@@ -193,7 +193,8 @@ def _cli_without(omit: List[str]) -> List[str]:
     return [sys.executable, "-m", "sglang.launch_server", *args]
 
 
-_CPU_FLAGS_OMITTED = {"device": ["--device"], "overlap-and-graphs": ["--disable-overlap-schedule", "--disable-cuda-graph"]}
+_CPU_FLAGS_OMITTED = {"device": ["--device"],
+                      "overlap-and-graphs": ["--disable-overlap-schedule", "--disable-cuda-graph"]}
 # The launches each test below expects refused at start-up: a test (and parameter) -> the command.
 REFUSED_LAUNCHES = {
     "test_sglang_cli_refuses_two_batch_overlap_naming_the_flag":

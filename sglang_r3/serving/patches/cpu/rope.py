@@ -12,8 +12,9 @@ SGLang builds on CPU for this attention (``DeepseekScalingRotaryEmbedding``, rop
 neox style wrongly there. Its ``forward_native`` (what CPUs without AMX dispatch to) repeats a 2-D cos/sin as 3-D
 (``repeat(1, 1, 2)``), so q and k gain a leading axis and the absorbed (decode) attention stops on a shape error;
 its ``forward_cpu`` (AMX) hands the kernel ``is_neox=False`` whatever the model asked, rotating interleaved pairs:
-silently another model. On GPU the rotation is RotaryEmbedding's, which honours the flag. So neox style runs here as SGLang's
-``forward_native`` means it (cos/sin repeated along the last axis, ``rotate_neox``); interleaved keeps SGLang's path.
+silently another model. On GPU the rotation is RotaryEmbedding's, which honours the flag. So neox style runs here as
+SGLang's ``forward_native`` means it (cos/sin repeated along the last axis, ``rotate_neox``); interleaved keeps
+SGLang's path.
 
 Served and compared with transformers' router top-k in tests/test_families.py (``moonlight``; half-split pairs:
 ``glm4_moe_lite_flipped`` unscaled and ``deepseek_v3_flipped`` with YaRN).
