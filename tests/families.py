@@ -602,6 +602,11 @@ FLIPPED: Dict[str, Dict[str, Any]] = {
     "qwen3_vl_moe": dict(attention_bias=True),
     "qwen3_omni_moe": dict(attention_bias=True, norm_topk_prob=False),
     "nemotron_h": dict(norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=1.0, use_conv_bias=False),
+    # Qwen3.5's text-only checkpoint: M-RoPE over half the head (sections to match, the factor given as the
+    # published config gives it: beside rope_parameters too), embeddings tied
+    "qwen3_5_moe_text": dict(tie_word_embeddings=True, partial_rotary_factor=0.5,
+                             rope_parameters={**_QWEN35_TEXT["rope_parameters"], "partial_rotary_factor": 0.5,
+                                              "mrope_section": [4, 2, 2]}),
     "gemma4": dict(attention_k_eq_v=False, final_logit_softcapping=None, hidden_size_per_layer_input=16,
                    num_kv_shared_layers=2),
 }
@@ -618,6 +623,12 @@ REFUSED_FLIPS: Dict[str, tuple] = {
     "olmoe_attention_bias": ("olmoe", dict(attention_bias=True), "attention_bias=True: SGLang 0.5.23 (olmoe.py)"),
     "olmoe_clip_qkv": ("olmoe", dict(clip_qkv=0.5), "clip_qkv=0.5: SGLang 0.5.23 (olmoe.py)"),
     "olmoe_norm_topk_prob": ("olmoe", dict(norm_topk_prob=True), "norm_topk_prob=True: SGLang 0.5.23 (olmoe.py)"),
+    # the factor given in rope_parameters only: transformers 5.19 saves the attribute beside it at its class default
+    # (0.25), which SGLang's qwen3_5.py reads; served, 26 of 212 greedy pairs differed from transformers' rows
+    "qwen3_5_moe_text_rope_factor_inside": (
+        "qwen3_5_moe_text", dict(rope_parameters={**_QWEN35_TEXT["rope_parameters"], "partial_rotary_factor": 0.5,
+                                                  "mrope_section": [4, 2, 2]}),
+        "partial_rotary_factor=0.25 and rope_parameters.partial_rotary_factor=0.5"),
 }
 
 

@@ -144,6 +144,11 @@ NOT_SERVED_WHY: Dict[str, str] = {
     "olmoe_clip_qkv": "`clip_qkv` refused at start-up: SGLang's olmoe.py does not clip q/k/v",
     "olmoe_norm_topk_prob": "`norm_topk_prob: true` refused at start-up: SGLang's olmoe.py never renormalises top-k "
                             "weights",
+    "qwen3_5_moe_text_rope_factor_inside": "a `partial_rotary_factor` that disagrees with `rope_parameters`' refused "
+                                           "at start-up (every family): SGLang's qwen3_5.py reads the attribute "
+                                           "(transformers 5.19 saves it at its class default, 0.25, when the factor "
+                                           "was given in `rope_parameters` only), transformers' rotary embedding "
+                                           "`rope_parameters`",
 }
 
 # Layout, and the variants refused at start-up, per registry family (what the rule reads).

@@ -205,6 +205,18 @@ def test_glm_partial_rotary_factor_top_level_or_inside_rope_parameters():
     assert a == b
 
 
+def test_partial_rotary_factor_given_twice_and_disagreeing_is_refused():
+    # As transformers 5.19 saves a Qwen3.5 config given the factor in rope_parameters only: the attribute at its
+    # class default, which SGLang's qwen3_5.py reads (served so, rows differed: tests/test_families.py
+    # qwen3_5_moe_text_rope_factor_inside). Given alike, one view.
+    base = {"model_type": "qwen3_5_moe_text", "architectures": ["Qwen3_5MoeForCausalLM"]}
+    rope = {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}
+    with pytest.raises(ConfigError, match=r"partial_rotary_factor=0.25 and rope_parameters.partial_rotary_factor=0.5"):
+        view_of({**base, "partial_rotary_factor": 0.25, "rope_parameters": rope})
+    assert view_of({**base, "partial_rotary_factor": 0.5, "rope_parameters": rope}) == view_of(
+        {**base, "partial_rotary_factor": 0.5, "rope_theta": 1e4})
+
+
 def test_alias_and_stored_name_that_disagree_are_refused():
     with pytest.raises(ConfigError, match=r"'num_experts'=8 and 'num_local_experts'=16.*alias of 'num_local_experts'"):
         view_of({"model_type": "qwen3_moe", "num_experts": 8, "num_local_experts": 16})

@@ -367,7 +367,8 @@ def test_a_near_tie_is_what_transformers_router_picks_with_logits_moved_by_at_mo
 
 
 # Keys that act only together (grouped top-k: topk_group groups of n_group): flipped together.
-_FLIP_TOGETHER = (("n_group", "topk_group"),)
+# partial RoPE given twice, as published (the attribute SGLang reads, rope_parameters' transformers reads)
+_FLIP_TOGETHER = (("n_group", "topk_group"), ("partial_rotary_factor", "rope_parameters"))
 
 
 @pytest.mark.fast  # transformers only

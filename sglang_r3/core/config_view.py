@@ -218,6 +218,15 @@ def _fold_rope(d: Dict[str, Any]) -> None:
     partial = d.pop("partial_rotary_factor", None)
     if not isinstance(params, Mapping):
         raise ConfigError(f"rope_parameters/rope_scaling must be a dict, got {params!r}")
+    inside = params.get("partial_rotary_factor")
+    if partial is not None and inside is not None and float(partial) != float(inside):
+        # transformers 5.19 saves both, the attribute at its class default when only rope_parameters was given
+        # (Qwen3.5: 0.25): SGLang's models read the attribute, transformers' rotary embedding rope_parameters'.
+        raise ConfigError(
+            f"config gives partial_rotary_factor={partial!r} and rope_parameters.partial_rotary_factor={inside!r}, "
+            "and the two frameworks read different ones (SGLang's qwen3_5.py the first, transformers' rotary "
+            "embedding the second)"
+        )
     if not params and theta is None:
         d.pop("rope_parameters", None)
         return
