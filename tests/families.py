@@ -607,6 +607,10 @@ FLIPPED: Dict[str, Dict[str, Any]] = {
     "qwen3_5_moe_text": dict(tie_word_embeddings=True, partial_rotary_factor=0.5,
                              rope_parameters={**_QWEN35_TEXT["rope_parameters"], "partial_rotary_factor": 0.5,
                                               "mrope_section": [4, 2, 2]}),
+    # MiniMax-M2: head_dim apart from hidden_size // num_attention_heads (as published: 128 against 3072 / 48), RoPE
+    # over the whole head, linear RoPE scaling
+    "minimax_m2": dict(head_dim=32, rotary_dim=32, partial_rotary_factor=1.0,
+                       rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}),
     "gemma4": dict(attention_k_eq_v=False, final_logit_softcapping=None, hidden_size_per_layer_input=16,
                    num_kv_shared_layers=2),
 }

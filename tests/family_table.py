@@ -80,7 +80,10 @@ TRAINED_BY: Tuple[Script, ...] = (
            "--num-experts"),
     Script(M, "scripts/models/nemotron-3-nano-30b-a3b.py", "Nemotron-3-Nano-30B-A3B", "NemotronHForCausalLM",
            "--num-experts"),
-    Script(M, "scripts/models/inkling.py", "Inkling", "", "Inkling"),
+    # Inkling: the script's model provider is Miles' miles_plugins.models.inkling, the model SGLang serves as
+    # InklingForConditionalGeneration (inkling.py; InklingModelConfig's vocab_size, 201024, is the script's).
+    Script(M, "scripts/models/inkling.py", "Inkling", "InklingForConditionalGeneration",
+           "miles_plugins.models.inkling"),
     Script(M, "scripts/models/joyai-llm-flash.py", "JoyAI-LLM-Flash", "", "--num-experts"),
     # verl: its example scripts name the Hub checkpoint.
     Script(V, "examples/grpo_trainer/run_deepseek671b_math_megatron_80gb.sh", "DeepSeek-V3-0324",
@@ -97,6 +100,13 @@ TRAINED_BY: Tuple[Script, ...] = (
     Script(V, "examples/ppo_trainer/run_qwen1.5_moe_a2.7b-gsm8k_megatron.sh", "Qwen1.5-MoE-A2.7B-Chat",
            "Qwen2MoeForCausalLM", "Qwen/Qwen1.5-MoE-A2.7B-Chat"),
 )
+
+# What else is known of a model no script names an architecture for.
+UNMAPPED_WHY: Dict[str, str] = {
+    "JoyAI-LLM-Flash": ("; Miles converts it with mbridge's DeepseekV3Bridge under model_type `joyai_llm_flash` "
+                        "(miles_plugins/mbridge/joyai_llm_flash.py), which neither SGLang 0.5.23's model registry "
+                        "nor transformers 5.19 has"),
+}
 
 # Served-forward proofs outside tests/families.py: architecture -> (test file, what it shows).
 OTHER_FORWARDS: Dict[str, Tuple[str, str]] = {
@@ -269,7 +279,7 @@ def rows() -> List[Tuple[str, str, str, str, str]]:
         else:
             for s in scripts:
                 out.append((s.model, "not named by the script", _trained([s]),
-                            "not mapped: the script gives Megatron shapes only", "—"))
+                            "not mapped: the script gives Megatron shapes only" + UNMAPPED_WHY.get(s.model, ""), "—"))
     return out
 
 

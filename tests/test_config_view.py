@@ -215,6 +215,12 @@ def test_partial_rotary_factor_given_twice_and_disagreeing_is_refused():
         view_of({**base, "partial_rotary_factor": 0.25, "rope_parameters": rope})
     assert view_of({**base, "partial_rotary_factor": 0.5, "rope_parameters": rope}) == view_of(
         {**base, "partial_rotary_factor": 0.5, "rope_theta": 1e4})
+    # Not a number: a ConfigError naming the key (a bare ValueError from float() before).
+    for bad in ("half", True):
+        with pytest.raises(ConfigError, match=r"rope_parameters.partial_rotary_factor must be a number"):
+            view_of({**base, "partial_rotary_factor": 0.5, "rope_parameters": {**rope, "partial_rotary_factor": bad}})
+        with pytest.raises(ConfigError, match=r"^partial_rotary_factor must be a number"):
+            view_of({**base, "partial_rotary_factor": bad, "rope_theta": 1e4})
 
 
 def test_alias_and_stored_name_that_disagree_are_refused():

@@ -367,8 +367,10 @@ def test_a_near_tie_is_what_transformers_router_picks_with_logits_moved_by_at_mo
 
 
 # Keys that act only together (grouped top-k: topk_group groups of n_group): flipped together.
-# partial RoPE given twice, as published (the attribute SGLang reads, rope_parameters' transformers reads)
-_FLIP_TOGETHER = (("n_group", "topk_group"), ("partial_rotary_factor", "rope_parameters"))
+# partial RoPE given twice, as published (the attribute SGLang reads, rope_parameters' transformers reads);
+# MiniMax-M2 gives it a third time, as rotary_dim (what its SGLang model reads)
+_FLIP_TOGETHER = (("n_group", "topk_group"), ("partial_rotary_factor", "rope_parameters"),
+                  ("partial_rotary_factor", "rope_parameters", "rotary_dim"))
 
 
 @pytest.mark.fast  # transformers only

@@ -219,6 +219,9 @@ def _fold_rope(d: Dict[str, Any]) -> None:
     if not isinstance(params, Mapping):
         raise ConfigError(f"rope_parameters/rope_scaling must be a dict, got {params!r}")
     inside = params.get("partial_rotary_factor")
+    for name, value in (("partial_rotary_factor", partial), ("rope_parameters.partial_rotary_factor", inside)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ConfigError(f"{name} must be a number, got {value!r}")
     if partial is not None and inside is not None and float(partial) != float(inside):
         # transformers 5.19 saves both, the attribute at its class default when only rope_parameters was given
         # (Qwen3.5: 0.25): SGLang's models read the attribute, transformers' rotary embedding rope_parameters'.

@@ -1199,6 +1199,16 @@ _MIMO_V2_REFUSAL = (
     "proven for it: the checkpoint's MTP layout is not what SGLang builds"
 )
 
+# Inkling (inkling.py, inkling_common/moe.py) as Miles trains it (scripts/models/inkling.py).
+_INKLING_REFUSAL = (
+    "its routers are InklingGate (inkling_common/moe.py), not SGLang's TopK: Triton gate kernels (gate_topk, "
+    "sigmoid_gate_topk_renorm) whose weights renormalise over the routed and the shared experts' logits, handing "
+    "top-k ids to the experts capturer directly; the start-up check reads TopK routers and the CPU runtime runs no "
+    "Triton kernel, so no rule can be proven by a served forward. Its trainer is Miles' own plugin "
+    "(miles_plugins/models/inkling InklingRouter), replayed by Miles' routing_replay_manager, not by Megatron's "
+    "RouterReplay or slime's RoutingReplay, which sglang-r3 installs into"
+)
+
 _LLAMA4_TEXT_ONLY_REFUSAL = (
     "SGLang 0.5.23 serves it with llama4.py, which loads q_proj / k_proj as the checkpoint holds them (llama.py "
     "load_weights) and rotates half-split (neox) pairs, while transformers' Llama 4 rotates interleaved pairs: "
@@ -1284,6 +1294,9 @@ FAMILIES: Tuple[Family, ...] = (
     Family("MiMo-V2-Flash", {"MiMoV2FlashForCausalLM": "mimo_v2_flash", "MiMoV2ForCausalLM": "mimo_v2_flash"},
            refusal=_MIMO_V2_REFUSAL, mtp=MTP_MULTI_LAYER),
     Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
+    Family("Inkling", {"InklingForConditionalGeneration": "inkling_mm_model",
+                       "InklingForConditionalGenerationMTP": "inkling_mm_model"},
+           refusal=_INKLING_REFUSAL, mtp=MTP_MULTI_LAYER),
 )
 
 
