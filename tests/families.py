@@ -355,6 +355,20 @@ FAMILIES: Dict[str, Family] = {
         router_std=0.4,  # sigmoid scores off saturation (one group), as Kimi-K2.5's
         qk_scale=8.0,  # scores that depend on positions: the rotation cpu/rope.py gives it is seen
     ),
+    # DeepSeek-V2-Lite as deepseek-ai/DeepSeek-V2-Lite publishes it: MLA without q LoRA (one q_proj), YaRN, layer 0
+    # dense, softmax scores, plain top-k (topk_method greedy) not renormalised, two shared experts, no MTP layers.
+    "deepseek_v2": Family(
+        "deepseek_v2", "DeepseekV2Config", "DeepseekV2ForCausalLM",
+        dict(_TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
+             n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
+             n_shared_experts=2, routed_scaling_factor=1.0, norm_topk_prob=False, q_lora_rank=None, kv_lora_rank=32,
+             qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, moe_layer_freq=1, topk_method="greedy",
+             scoring_func="softmax",
+             rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128, "beta_fast": 32,
+                           "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}),
+        qk_scale=8.0,  # scores that depend on positions: a wrong rotation is seen
+        experts_topk=lambda c: (c.n_routed_experts, c.num_experts_per_tok),
+    ),
     # GLM-4.7-Flash: MLA (YaRN, as published), layer 0 dense (first_k_dense_replace, a published key
     # transformers' Glm4MoeLiteConfig keeps; its mlp_layer_types default agrees), sigmoid top-k with a correction
     # bias, one NextN MTP layer.
@@ -392,6 +406,53 @@ FAMILIES: Dict[str, Family] = {
                            dict(_DSA, n_group=4, topk_group=2), mtp_layers=1),
     "minimax_m2": _MINIMAX_M2,
     "nemotron_h": _NEMOTRON_H,
+    # Granite-MoE: every layer MoE (softmax over the top-k logits), the multipliers as
+    # ibm-granite/granite-3.1-3b-a800m-instruct publishes them.
+    "granitemoe": Family(
+        "granitemoe", "GraniteMoeConfig", "GraniteMoeForCausalLM",
+        dict(_TINY, intermediate_size=32, num_hidden_layers=2, num_local_experts=8, num_experts_per_tok=2,
+             embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625, logits_scaling=6.0),
+        is_moe_module=lambda mlp: hasattr(mlp, "router") and hasattr(mlp, "experts"),
+        mlp_of=lambda layer: layer.block_sparse_moe,
+        router_ids=lambda mlp: (mlp.router, lambda out: out[0]),
+    ),
+    # LFM2-MoE: short-conv and attention layers (layer_types), the first num_dense_layers dense, sigmoid scores with
+    # an expert bias, as LiquidAI/LFM2-8B-A1B publishes them.
+    "lfm2_moe": Family(
+        "lfm2_moe", "Lfm2MoeConfig", "Lfm2MoeForCausalLM",
+        dict(_TINY, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=4, num_experts=8,
+             num_experts_per_tok=2, num_dense_layers=1, use_expert_bias=True, conv_L_cache=3,
+             layer_types=["conv", "full_attention", "conv", "full_attention"]),
+        router_std=0.4,
+        mlp_of=lambda layer: layer.feed_forward,
+        experts_topk=lambda c: (c.num_experts, c.num_experts_per_tok),
+    ),
+    # AFMoE (arcee-ai/Trinity): sigmoid scores with an expert bias, renormalised and scaled, a shared expert, the
+    # first num_dense_layers dense, sliding and full attention, muP, as published.
+    "afmoe": Family(
+        "afmoe", "AfmoeConfig", "AfmoeForCausalLM",
+        dict(_TINY, intermediate_size=64, moe_intermediate_size=32, num_hidden_layers=4, num_experts=8,
+             num_experts_per_tok=2, num_shared_experts=1, num_dense_layers=1, score_func="sigmoid", route_norm=True,
+             route_scale=2.826, n_group=1, topk_group=1, global_attn_every_n_layers=2, sliding_window=16,
+             layer_types=["sliding_attention", "full_attention"] * 2, mup_enabled=True, rope_theta=10000),
+        router_std=0.4,
+        is_moe_module=lambda mlp: hasattr(mlp, "router") and hasattr(mlp, "experts"),
+        router_ids=lambda mlp: (mlp.router, lambda out: out[-1]),
+        experts_topk=lambda c: (c.num_experts, c.num_experts_per_tok),
+    ),
+    # Hunyuan-MoE v1: per-layer lists (moe_topk, num_shared_expert, moe_intermediate_size), use_mixed_mlp_moe,
+    # use_qk_norm, use_cla as tencent/Hunyuan-A13B-Instruct publishes them: refused at start-up. Served (its
+    # per-layer sizes padded past the CPU runtime's TP alignment, which stops on a list), SGLang's first prefill
+    # stopped in torch_native's extend: "shape '[-1, 4, 16]' is invalid for input of size 464" (29 tokens of 4 heads
+    # read as 29 rows; sglang_r3/core/families.py _HUNYUAN_V1_MOE_REFUSAL).
+    "hunyuan_v1_moe": Family(
+        "hunyuan_v1_moe", "HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM",
+        dict(_TINY, intermediate_size=32, num_hidden_layers=3, num_experts=8, moe_topk=[2, 2, 2],
+             num_shared_expert=[1, 1, 1], moe_intermediate_size=[32, 32, 32], use_mixed_mlp_moe=1, use_qk_norm=True,
+             use_cla=False, cla_share_factor=2, head_dim=16),
+        experts_topk=lambda c: (c.num_experts, c.moe_topk[0]),
+        not_served="as transformers' HunYuanMoEV1 computes it",
+    ),
     # The same with use_routing_bias false (transformers' class still saves and adds its bias): refused at start-up by
     # the layout rule. Served, 56 of 159 greedy (token, layer) pairs differed: SGLang builds no bias and drops it.
     "minimax_m2_no_routing_bias": replace(
@@ -607,6 +668,10 @@ FLIPPED: Dict[str, Dict[str, Any]] = {
     "qwen3_5_moe_text": dict(tie_word_embeddings=True, partial_rotary_factor=0.5,
                              rope_parameters={**_QWEN35_TEXT["rope_parameters"], "partial_rotary_factor": 0.5,
                                               "mrope_section": [4, 2, 2]}),
+    # DeepSeek-V2 (the full model's keys): q LoRA, grouped top-k (group_limited_greedy: 4 groups, the best one; with
+    # top-2 the best two would hold the top-2 anyway), scaled routed experts, no RoPE scaling, embeddings tied
+    "deepseek_v2": dict(q_lora_rank=32, topk_method="group_limited_greedy", n_group=4, topk_group=1,
+                        routed_scaling_factor=16.0, rope_scaling=None, tie_word_embeddings=True),
     # MiniMax-M2: head_dim apart from hidden_size // num_attention_heads (as published: 128 against 3072 / 48), RoPE
     # over the whole head, linear RoPE scaling
     "minimax_m2": dict(head_dim=32, rotary_dim=32, partial_rotary_factor=1.0,
@@ -836,7 +901,7 @@ def initialized(family: Family, text: Dict[str, Any]):
                 p.normal_(0.0, family.router_std)
             elif name.endswith(("router.scale", "router.per_expert_scale")):  # Gemma-4's router input and output
                 p.uniform_(0.5, 1.5)  # scales (ones at init: a scale dropped would pass unseen)
-            elif name.endswith("e_score_correction_bias"):  # a parameter in ERNIE-4.5's moe_statics
+            elif name.endswith(("e_score_correction_bias", "expert_bias")):  # ERNIE-4.5's moe_statics, AFMoE
                 p.normal_(0.0, family.bias_std)
             elif name.endswith(family.bf16_params or ("\0",)):
                 p.copy_(torch.randn_like(p).to(torch.bfloat16).to(p.dtype))
@@ -845,7 +910,8 @@ def initialized(family: Family, text: Dict[str, Any]):
             elif family.attn_bias_std and ".self_attn." in name and name.endswith("_proj.bias"):
                 p.normal_(0.0, family.attn_bias_std)
         for name, b in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):  # sigmoid routers' selection bias (GLM, DeepSeek-V3)
+            if name.endswith(("e_score_correction_bias", "expert_bias")):  # sigmoid routers' selection bias (GLM,
+                # DeepSeek-V3, LFM2-MoE)
                 b.normal_(0.0, family.bias_std)
         if family.post_init is not None:
             family.post_init(model)

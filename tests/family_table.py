@@ -150,6 +150,9 @@ NOT_SERVED_WHY: Dict[str, str] = {
     "olmoe_tie_word_embeddings": "`tie_word_embeddings: true` refused at start-up (as for every architecture whose "
                                  "SGLang model never ties its head): olmoe.py builds an untied lm_head and loads "
                                  "`lm_head.weight`, which a tied checkpoint does not hold",
+    "hunyuan_v1_moe": "the family refused at start-up: SGLang 0.5.23's hunyuan.py hands RadixAttention its "
+                      "QK-normed queries as [tokens * heads, head_dim], which its padded-extend check narrows to the "
+                      "first `tokens` rows; without `use_qk_norm` it builds no QK norm, which transformers applies",
     "olmoe_attention_bias": "`attention_bias: true` refused at start-up: SGLang's olmoe.py builds no attention biases",
     "olmoe_clip_qkv": "`clip_qkv` refused at start-up: SGLang's olmoe.py does not clip q/k/v",
     "olmoe_norm_topk_prob": "`norm_topk_prob: true` refused at start-up: SGLang's olmoe.py never renormalises top-k "
@@ -199,7 +202,6 @@ LAYOUT: Dict[str, str] = {
     "Kimi-K2.5 (text)": "text model as DeepSeek-V3: first `first_k_dense_replace` dense; no MTP layers (as published)",
     "ERNIE-4.5-MoE": "MoE from `moe_layer_start_index` to `moe_layer_end_index`, dense MTP; `moe_layer_interval` ≠ 1 "
                      "and `use_bias` refused",
-    "Hunyuan-MoE v1": "every layer MoE; one expert refused (SGLang builds dense MLPs)",
     "Granite-MoE": "every layer MoE",
     "LFM2-MoE": "first `num_dense_layers` dense",
     "AFMoE (Arcee Trinity)": "first `num_dense_layers` dense; without `layer_types` refused",

@@ -252,12 +252,6 @@ SPECS: Dict[str, tuple] = {
                                                      moe_layer_start_index=1, moe_layer_end_index=-1,
                                                      moe_layer_interval=1, moe_num_shared_experts=2, use_bias=False,
                                                      num_nextn_predict_layers=1)),
-    # Hunyuan-MoE: per-layer lists (moe_topk, num_shared_expert, moe_intermediate_size), use_mixed_mlp_moe,
-    # use_qk_norm, use_cla / cla_share_factor as tencent/Hunyuan-A13B-Instruct publishes them.
-    "HunYuanMoEV1ForCausalLM": ("hunyuan_v1_moe", dict(_T, intermediate_size=64, num_hidden_layers=3, num_experts=8,
-                                                       moe_topk=[2, 2, 2], num_shared_expert=[1, 1, 1],
-                                                       moe_intermediate_size=[32, 32, 32], use_mixed_mlp_moe=1,
-                                                       use_qk_norm=True, use_cla=False, cla_share_factor=2)),
     # Granite-MoE: the multipliers as ibm-granite/granite-3.1-3b-a800m-instruct publishes them.
     "GraniteMoeForCausalLM": ("granitemoe", dict(_T, intermediate_size=32, num_hidden_layers=2, num_local_experts=8,
                                                  num_experts_per_tok=2, embedding_multiplier=12.0,

@@ -366,11 +366,13 @@ def test_a_near_tie_is_what_transformers_router_picks_with_logits_moved_by_at_mo
     assert f"most {NEAR_TIE_LOGIT:.0e} (`RouterTrace.near_tie`".replace("e-0", "e-") in words
 
 
-# Keys that act only together (grouped top-k: topk_group groups of n_group): flipped together.
+# Keys that act only together (grouped top-k: topk_group groups of n_group, and DeepSeek-V2's topk_method that
+# turns it on): flipped together.
 # partial RoPE given twice, as published (the attribute SGLang reads, rope_parameters' transformers reads);
 # MiniMax-M2 gives it a third time, as rotary_dim (what its SGLang model reads)
 _FLIP_TOGETHER = (("n_group", "topk_group"), ("partial_rotary_factor", "rope_parameters"),
-                  ("partial_rotary_factor", "rope_parameters", "rotary_dim"))
+                  ("partial_rotary_factor", "rope_parameters", "rotary_dim"),
+                  ("topk_method", "n_group", "topk_group"))
 
 
 @pytest.mark.fast  # transformers only
@@ -394,6 +396,7 @@ def test_every_flipped_key_changes_transformers_model(name):
         return {n: tuple(p.shape) for n, p in model.named_parameters()}, logits
 
     groups = [g for g in _FLIP_TOGETHER if set(g) <= set(keys)]
+    groups = [g for g in groups if not any(set(g) < set(h) for h in groups)]  # the widest that apply
     units = groups + [(k,) for k in keys if not any(k in g for g in groups)]
     shapes0, logits0 = fingerprint(FAMILIES[base].config)
     inert = []

@@ -536,17 +536,6 @@ _ERNIE4_5_MOE = Facts(
                   "moe_layer_interval", "moe_norm_min", "use_bias"),
 )
 
-_HUNYUAN_V1_MOE = Facts(
-    aliases={"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"},
-    defaults={"attention_bias": False, "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 11008,
-              "max_position_embeddings": 2048, "moe_topk": 1, "num_attention_heads": 32, "num_experts": 1,
-              "num_hidden_layers": 32, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": False,
-              "vocab_size": 290943},
-    derive=(_kv_heads_default_to_heads,),
-    # per-layer top-k / shared experts, the mixed shared MLP, cross-layer attention (hunyuan.py reads them)
-    routing_keys=("moe_topk", "use_mixed_mlp_moe", "num_shared_expert", "use_cla", "cla_share_factor"),
-)
-
 _GRANITEMOE = Facts(
     aliases={},
     defaults={"attention_bias": False, "attention_multiplier": 1.0, "embedding_multiplier": 1.0, "hidden_act": "silu",
@@ -983,31 +972,6 @@ def _ernie4_5_moe(v, arch) -> Stack:
     return _stack(L, lambda i: start <= i <= end, E, k, _mtp_count(v, arch, default=0), mtp_moe=False)
 
 
-def _hunyuan_moe(v, arch) -> Stack:
-    """Hunyuan-MoE v1 (hunyuan.py): every decoder layer HunYuanSparseMoeBlock when num_experts > 1, top
-    moe_topk (an int, or one per layer). transformers builds a MoE block in every layer whatever
-    num_experts is; with one expert SGLang builds dense MLPs instead, so that is refused; so are per-layer
-    top-ks that differ (one routing record row holds one top-k). No MTP."""
-    L = _int(v, "num_hidden_layers", arch)
-    E = _int(v, "num_experts", arch)
-    topk = v.get("moe_topk")
-    if isinstance(topk, list):
-        if len(topk) < L or len({int(x) for x in topk[:L]}) != 1:
-            raise RuleError(
-                f"{arch}: moe_topk={topk} gives layers different top-ks (or fewer than num_hidden_layers={L}); "
-                f"a routing record holds one top-k per row; refusing"
-            )
-        k = int(topk[0])
-    else:
-        k = _int(v, "moe_topk", arch)
-    if E <= 1:
-        raise RuleError(
-            f"{arch}: num_experts={E}: SGLang 0.5.23 (hunyuan.py `_is_moe`) builds dense MLPs, transformers' "
-            f"HunYuanMoEV1 a one-expert MoE block in every layer: they disagree; refusing"
-        )
-    return _stack(L, lambda i: True, E, k)
-
-
 def _lfm2_moe(v, arch) -> Stack:
     """LFM2-MoE (lfm2_moe.py, as transformers): layers below num_dense_layers dense, the rest MoE (sigmoid
     routing with an expert bias: plain expert ids), short-conv or attention alike. No MTP."""
@@ -1209,6 +1173,16 @@ _INKLING_REFUSAL = (
     "RouterReplay or slime's RoutingReplay, which sglang-r3 installs into"
 )
 
+# Found by serving a tiny checkpoint saved by transformers' HunYuanMoEV1ForCausalLM (tests/test_families.py).
+_HUNYUAN_V1_MOE_REFUSAL = (
+    "SGLang 0.5.23's hunyuan.py serves no config as transformers' HunYuanMoEV1 computes it. With use_qk_norm true "
+    "(as tencent/Hunyuan-A13B publishes it) it hands RadixAttention its queries as [tokens * heads, head_dim] after "
+    "the QK norm, which radix_attention.py's padded-extend check (graph_utils.padded_extend_real_tokens) reads as "
+    "padding: a prefill attends with the first `tokens` rows only, on every device (on the CPU runtime the first "
+    "prefill stops on a shape mismatch); without it SGLang builds no QK norm, which transformers' HunYuanMoEV1 "
+    "always applies"
+)
+
 _LLAMA4_TEXT_ONLY_REFUSAL = (
     "SGLang 0.5.23 serves it with llama4.py, which loads q_proj / k_proj as the checkpoint holds them (llama.py "
     "load_weights) and rotates half-split (neox) pairs, while transformers' Llama 4 rotates interleaved pairs: "
@@ -1279,8 +1253,7 @@ FAMILIES: Tuple[Family, ...] = (
     Family("Gemma-4 text-only", {"Gemma4ForCausalLM": ""}, refusal=_GEMMA4_TEXT_ONLY_REFUSAL),
     Family("ERNIE-4.5-MoE", {"Ernie4_5_MoeForCausalLM": "ernie4_5_moe"}, {"ernie4_5_moe": _ERNIE4_5_MOE},
            _ernie4_5_moe, mtp=MTP_NEXTN),
-    Family("Hunyuan-MoE v1", {"HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe"}, {"hunyuan_v1_moe": _HUNYUAN_V1_MOE},
-           _hunyuan_moe),
+    Family("Hunyuan-MoE v1", {"HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe"}, refusal=_HUNYUAN_V1_MOE_REFUSAL),
     # granitemoe.py: every decoder layer GraniteMoeMoE (TopK over num_local_experts).
     Family("Granite-MoE", {"GraniteMoeForCausalLM": "granitemoe"}, {"granitemoe": _GRANITEMOE}, _every_layer_moe),
     Family("LFM2-MoE", {"Lfm2MoeForCausalLM": "lfm2_moe"}, {"lfm2_moe": _LFM2_MOE}, _lfm2_moe),

@@ -570,6 +570,42 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.models.nemotron_h.NemotronHMoE", "reads", "the MoE block's router, shared expert and experts",
           attrs=("gate", "shared_experts", "topk", "use_latent_moe", "_apply_fc1_latent_proj", "experts"),
           releases=R23),
+    # -- CPU runtime, LFM2-MoE's short convolutions (patches/cpu/lfm2_moe.py) ---------------------------------------
+    Touch("sglang.srt.models.lfm2_moe.Lfm2MoeShortConv.forward", "hook:around",
+          "CPU only: the layer's two convolution names (lfm2_moe.py's module globals, Triton kernels on a CPU import) "
+          "bound to mamba2.py's torch convolutions for the call", "(self, hidden_states, forward_batch)", R23),
+    Touch("sglang.srt.models.lfm2_moe.causal_conv1d_fn", "swaps",
+          "CPU only, during Lfm2MoeShortConv.forward: the prefill convolution in torch (no activation), taking this "
+          "signature", "(x, weight, bias=None, query_start_loc=None, cache_indices=None, has_initial_state=None, "
+          "conv_states=None, activation='silu', pad_slot_id=-1, **kwargs)", R23),
+    Touch("sglang.srt.models.lfm2_moe.causal_conv1d_update", "swaps",
+          "CPU only, during Lfm2MoeShortConv.forward: the decode convolution in torch, taking this signature",
+          "(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None, conv_state_indices=None, "
+          "pad_slot_id=-1)", R23),
+    # -- CPU runtime, AFMoE's packed experts (patches/cpu/afmoe.py) -------------------------------------------------
+    Touch("sglang.srt.models.afmoe.fused_moe", "hook:around",
+          "CPU only: AFMoE's experts (packed w1 / w2, no FusedMoE layer) in SGLang's torch implementation with the "
+          "call's routed scaling factor (the Triton runner's custom op is registered for CUDA only)",
+          '(hidden_states, w1, w2, topk_output, moe_runner_config=MoeRunnerConfig(num_experts=None, '
+          'num_local_experts=None, hidden_size=None, intermediate_size_per_partition=None, layer_id=None, '
+          'top_k=None, num_fused_shared_experts=None, params_dtype=None, routing_method_type=None, '
+          "runner_backend=None, activation='silu', is_gated=True, apply_router_weight_on_input=False, "
+          'inplace=True, no_combine=False, no_combine_keep_router_weight=False, routed_scaling_factor=None, '
+          'gemm1_alpha=None, gemm1_beta=None, gemm1_clamp_limit=None, swiglu_limit=None, '
+          'gate_up_interleaved=True, layer=None, use_tp_all_gather_activation=False, silu_mul_keep_fp32=False),'
+          ' b1=None, b2=None, use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, '
+          'use_int4_w4a16=False, per_channel_quant=False, w1_scale=None, w2_scale=None, w1_zp=None, w2_zp=None,'
+          ' a1_scale=None, a2_scale=None, block_shape=None)', R23),
+    Touch("sglang.srt.layers.moe.fused_moe_native.fused_moe_forward_native", "uses",
+          "CPU only: AFMoE's experts in torch (gathered gate / up and down weights, SiLU-gated, top-k weighted)",
+          "(layer, dispatch_output)", R23),
+    Touch("sglang.srt.layers.moe.moe_runner.MoeRunnerConfig", "reads",
+          "CPU only: what AFMoE's fused_moe call asks of the kernel (served: plain SiLU-gated experts)",
+          attrs=("activation", "is_gated", "apply_router_weight_on_input", "gemm1_alpha", "gemm1_clamp_limit",
+                 "swiglu_limit", "routed_scaling_factor", "inplace"), releases=R23),
+    Touch("sglang.srt.layers.moe.token_dispatcher.StandardDispatchOutput", "uses",
+          "CPU only: the tokens and top-k handed to fused_moe_forward_native",
+          "(hidden_states, hidden_states_scale, topk_output, hidden_states_pre_quant=None)", R23),
     # -- CPU runtime, MiniMax-M2's QK norm (patches/cpu/minimax_m2.py) ---------------------------------------------
     Touch("sglang.srt.models.minimax_m2.rms_sumsq_serial", "hook:around",
           "CPU only: the q and k rows' sums of squares in torch (a Triton kernel that asserts CUDA tensors)",

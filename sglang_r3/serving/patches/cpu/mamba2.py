@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from typing import Iterator, Optional
+from typing import Any, Dict, Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -223,11 +223,11 @@ _ABSENT = object()
 
 
 @contextlib.contextmanager
-def _bound() -> Iterator[None]:
-    """The stand-ins as mamba.py's globals for the call (the names a CPU import leaves unbound removed again)."""
-    namespace = importlib.import_module(_MAMBA).__dict__
-    saved = {name: namespace.get(name, _ABSENT) for name in _STAND_INS}
-    namespace.update(_STAND_INS)
+def bound_globals(module: str, stand_ins: Dict[str, Any]) -> Iterator[None]:
+    """``stand_ins`` as ``module``'s globals for the call (names the module did not have removed again)."""
+    namespace = importlib.import_module(module).__dict__
+    saved = {name: namespace.get(name, _ABSENT) for name in stand_ins}
+    namespace.update(stand_ins)
     try:
         yield
     finally:
@@ -236,6 +236,11 @@ def _bound() -> Iterator[None]:
                 namespace.pop(name, None)
             else:
                 namespace[name] = value
+
+
+def _bound():
+    """The stand-ins as mamba.py's globals for the call (the names a CPU import leaves unbound removed again)."""
+    return bound_globals(_MAMBA, _STAND_INS)
 
 
 def _forward_around(original, self, *, hidden_states, output=None, layer_cache, metadata, mup_vector=None,
