@@ -672,6 +672,10 @@ FLIPPED: Dict[str, Dict[str, Any]] = {
     # top-2 the best two would hold the top-2 anyway), scaled routed experts, no RoPE scaling, embeddings tied
     "deepseek_v2": dict(q_lora_rank=32, topk_method="group_limited_greedy", n_group=4, topk_group=1,
                         routed_scaling_factor=16.0, rope_scaling=None, tie_word_embeddings=True),
+    "granitemoe": dict(tie_word_embeddings=True),
+    "lfm2_moe": dict(use_expert_bias=False, norm_topk_prob=False, routed_scaling_factor=2.0, conv_bias=True,
+                     num_dense_layers=0, tie_word_embeddings=True),
+    "afmoe": dict(mup_enabled=False, num_dense_layers=0, num_shared_experts=2, route_scale=1.0),
     # MiniMax-M2: head_dim apart from hidden_size // num_attention_heads (as published: 128 against 3072 / 48), RoPE
     # over the whole head, linear RoPE scaling
     "minimax_m2": dict(head_dim=32, rotary_dim=32, partial_rotary_factor=1.0,
@@ -688,6 +692,8 @@ REFUSED_FLIPS: Dict[str, tuple] = {
     "mixtral_sliding_window": ("mixtral", dict(sliding_window=8), "sliding_window=8: SGLang 0.5.23 (mixtral.py)"),
     "ernie4_5_moe_use_bias": ("ernie4_5_moe", dict(use_bias=True), "use_bias=True: transformers' Ernie4_5_Moe"),
     "qwen3_next_attention_bias": ("qwen3_next", dict(attention_bias=True), "attention_bias=True: SGLang 0.5.23"),
+    "granitemoe_attention_bias": ("granitemoe", dict(attention_bias=True), "attention_bias=True: SGLang 0.5.23"),
+    "afmoe_attention_bias": ("afmoe", dict(attention_bias=True), "attention_bias=True: SGLang 0.5.23 (afmoe.py)"),
     "olmoe_tie_word_embeddings": ("olmoe", dict(tie_word_embeddings=True), "tie_word_embeddings=True: SGLang 0.5.23"),
     "olmoe_attention_bias": ("olmoe", dict(attention_bias=True), "attention_bias=True: SGLang 0.5.23 (olmoe.py)"),
     "olmoe_clip_qkv": ("olmoe", dict(clip_qkv=0.5), "clip_qkv=0.5: SGLang 0.5.23 (olmoe.py)"),

@@ -153,6 +153,9 @@ NOT_SERVED_WHY: Dict[str, str] = {
     "hunyuan_v1_moe": "the family refused at start-up: SGLang 0.5.23's hunyuan.py hands RadixAttention its "
                       "QK-normed queries as [tokens * heads, head_dim], which its padded-extend check narrows to the "
                       "first `tokens` rows; without `use_qk_norm` it builds no QK norm, which transformers applies",
+    "granitemoe_attention_bias": "`attention_bias: true` refused at start-up: SGLang's granitemoe.py builds no "
+                                 "attention biases",
+    "afmoe_attention_bias": "`attention_bias: true` refused at start-up: SGLang's afmoe.py builds no attention biases",
     "olmoe_attention_bias": "`attention_bias: true` refused at start-up: SGLang's olmoe.py builds no attention biases",
     "olmoe_clip_qkv": "`clip_qkv` refused at start-up: SGLang's olmoe.py does not clip q/k/v",
     "olmoe_norm_topk_prob": "`norm_topk_prob: true` refused at start-up: SGLang's olmoe.py never renormalises top-k "
@@ -202,9 +205,10 @@ LAYOUT: Dict[str, str] = {
     "Kimi-K2.5 (text)": "text model as DeepSeek-V3: first `first_k_dense_replace` dense; no MTP layers (as published)",
     "ERNIE-4.5-MoE": "MoE from `moe_layer_start_index` to `moe_layer_end_index`, dense MTP; `moe_layer_interval` ≠ 1 "
                      "and `use_bias` refused",
-    "Granite-MoE": "every layer MoE",
     "LFM2-MoE": "first `num_dense_layers` dense",
-    "AFMoE (Arcee Trinity)": "first `num_dense_layers` dense; without `layer_types` refused",
+    "AFMoE (Arcee Trinity)": "first `num_dense_layers` dense; without `layer_types`, or with `attention_bias`, a "
+                             "`score_func` other than sigmoid, `route_norm` false or `n_group` > 1, refused",
+    "Granite-MoE": "every layer MoE; `attention_bias` refused",
     "Nemotron-H (Nemotron-3-Nano)": "one layer per `hybrid_override_pattern` block (Mamba-2, attention, MLP, MoE), MoE at "
                                     "its `E` blocks; MTP layers, `moe_latent_size`, `n_shared_experts` ≠ 1, "
                                     "`mlp_hidden_act` ≠ relu2, `mamba_hidden_act` ≠ silu, `mlp_bias`, `sliding_window` "

@@ -729,6 +729,14 @@ def test_granite_lfm2_afmoe_layouts():
     assert layout_from_hf_config(afmoe).moe_layer_ids == (1, 2, 3)
     with pytest.raises(LayoutError, match="no layer_types"):
         layout_from_hf_config({k: v for k, v in afmoe.items() if k != "layer_types"})
+    # keys transformers' AFMoE router ignores (always sigmoid, renormalised, one group) and SGLang's follows
+    for key, value in (("score_func", "softmax"), ("route_norm", False), ("n_group", 4)):
+        with pytest.raises(LayoutError, match=f"{key}={value!r}: SGLang 0.5.23 .afmoe.py. and transformers"):
+            layout_from_hf_config({**afmoe, key: value})
+    with pytest.raises(LayoutError, match=r"attention_bias=True: SGLang 0.5.23 \(granitemoe.py\)"):
+        layout_from_hf_config({"architectures": ["GraniteMoeForCausalLM"], "model_type": "granitemoe",
+                               "num_hidden_layers": 2, "num_local_experts": 8, "num_experts_per_tok": 2,
+                               "attention_bias": True})
 
 
 @pytest.mark.parametrize("arch, words", [("DbrxForCausalLM", "fused_experts"), ("DeepseekV4ForCausalLM", "tid2eid"),

@@ -915,6 +915,16 @@ def _olmoe(v, arch) -> Stack:
     return _every_layer_moe(v, arch)
 
 
+def _granitemoe(v, arch) -> Stack:
+    """Granite-MoE (granitemoe.py: every decoder layer GraniteMoeMoE). Its attention projections have no biases
+    whatever attention_bias says; transformers' GraniteMoe honours it (served with it set, 36 of 106 greedy
+    (token, layer) pairs differed). The published configs leave it false; a config that sets it is refused."""
+    if v.get("attention_bias") is True:
+        raise RuleError(f"{arch}: attention_bias=True: SGLang 0.5.23 (granitemoe.py) builds its attention without "
+                        f"biases, transformers' GraniteMoe applies them; refusing")
+    return _every_layer_moe(v, arch)
+
+
 def _gemma4(v, arch) -> Stack:
     """Gemma-4 (gemma4_causal.py ``Gemma4DecoderLayer``): with ``enable_moe_block`` every decoder layer runs a
     router (``Gemma4Router``: norm, scale, projection; softmax top-k in ``Gemma4MoE``'s routing function) and
@@ -997,6 +1007,14 @@ def _afmoe(v, arch) -> Stack:
             f"attention, transformers' derives sliding-window layers from global_attn_every_n_layers (two "
             f"different models); refusing"
         )
+    # transformers' AfmoeTokenChoiceRouter always scores with a sigmoid, picks on score + expert_bias and
+    # renormalises, in one group; SGLang's afmoe.py follows score_func, route_norm and n_group / topk_group.
+    # Served with attention_bias set, the rows differed: afmoe.py builds no attention biases.
+    for key, served in (("score_func", "sigmoid"), ("route_norm", True), ("n_group", 1), ("attention_bias", False)):
+        if v.get(key, served) != served:
+            raise RuleError(
+                f"{arch}: {key}={v.get(key)!r}: SGLang 0.5.23 (afmoe.py) and transformers' AfmoeForCausalLM "
+                f"compute different models unless {key}={served!r} (as published); refusing")
     return _stack(L, lambda i: i >= dense, E, k)
 
 
@@ -1255,7 +1273,7 @@ FAMILIES: Tuple[Family, ...] = (
            _ernie4_5_moe, mtp=MTP_NEXTN),
     Family("Hunyuan-MoE v1", {"HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe"}, refusal=_HUNYUAN_V1_MOE_REFUSAL),
     # granitemoe.py: every decoder layer GraniteMoeMoE (TopK over num_local_experts).
-    Family("Granite-MoE", {"GraniteMoeForCausalLM": "granitemoe"}, {"granitemoe": _GRANITEMOE}, _every_layer_moe),
+    Family("Granite-MoE", {"GraniteMoeForCausalLM": "granitemoe"}, {"granitemoe": _GRANITEMOE}, _granitemoe),
     Family("LFM2-MoE", {"Lfm2MoeForCausalLM": "lfm2_moe"}, {"lfm2_moe": _LFM2_MOE}, _lfm2_moe),
     Family("AFMoE (Arcee Trinity)", {"AfmoeForCausalLM": "afmoe"}, {"afmoe": _AFMOE}, _afmoe),
     # Nemotron-3-Nano (nemotron_h.py): Mamba-2, attention, MLP and MoE blocks of one hybrid pattern, each a
