@@ -1201,6 +1201,20 @@ _HUNYUAN_V1_MOE_REFUSAL = (
     "always applies"
 )
 
+# Intern-S1 / Intern-S1-Pro: their config classes are the checkpoints' own code (model_type interns1 /
+# interns1_pro: neither transformers 5.19 nor SGLang 0.5.23 defines them).
+_INTERNS1_REFUSAL = (
+    "no rule proven yet: its config class is the checkpoint's own code (model_type interns1, in neither "
+    "transformers 5.19 nor SGLang 0.5.23), so neither the sweep nor a served forward has built it here. interns1.py "
+    "picks its language model by text_config.architectures: Qwen3MoeForCausalLM (Intern-S1, routed as Qwen3-MoE, "
+    "the vision tower's tokens through the same layers) or a dense Qwen2 / Qwen3 (Intern-S1-mini, no routers)"
+)
+_INTERNS1_PRO_REFUSAL = (
+    "no rule proven yet: its config class is the checkpoint's own code, so neither the sweep nor a served forward has "
+    "built it here. interns1pro.py is Qwen3-VL-MoE's wrapper with its own text attention (InternS1ProTextAttention, "
+    "FoPE weights) over qwen3_moe.py's decoder layers"
+)
+
 _LLAMA4_TEXT_ONLY_REFUSAL = (
     "SGLang 0.5.23 serves it with llama4.py, which loads q_proj / k_proj as the checkpoint holds them (llama.py "
     "load_weights) and rotates half-split (neox) pairs, while transformers' Llama 4 rotates interleaved pairs: "
@@ -1285,6 +1299,8 @@ FAMILIES: Tuple[Family, ...] = (
     Family("MiMo-V2-Flash", {"MiMoV2FlashForCausalLM": "mimo_v2_flash", "MiMoV2ForCausalLM": "mimo_v2_flash"},
            refusal=_MIMO_V2_REFUSAL, mtp=MTP_MULTI_LAYER),
     Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
+    Family("Intern-S1", {"InternS1ForConditionalGeneration": ""}, refusal=_INTERNS1_REFUSAL),
+    Family("Intern-S1-Pro", {"InternS1ProForConditionalGeneration": ""}, refusal=_INTERNS1_PRO_REFUSAL),
     Family("Inkling", {"InklingForConditionalGeneration": "inkling_mm_model",
                        "InklingForConditionalGenerationMTP": "inkling_mm_model"},
            refusal=_INKLING_REFUSAL, mtp=MTP_MULTI_LAYER),
