@@ -1160,6 +1160,7 @@ class RouterTrace:
         self.rows: Dict[int, List[np.ndarray]] = {}
         self._inputs: Dict[int, List[Any]] = {}  # a router module's hidden-state input, per call (near_tie)
         self._gates: Dict[int, Any] = {}
+        self._gate_args: Dict[int, tuple] = {}
         self._probing = False
         self._undo: List[Callable[[], None]] = []
         fam = family_of_model(model)
@@ -1188,6 +1189,7 @@ class RouterTrace:
                 return
             self._record(i, out[-1] if isinstance(out, tuple) else out)
             self._inputs.setdefault(i, []).append(args[0].detach().reshape(-1, args[0].shape[-1]).clone())
+            self._gate_args[i] = args[1:]  # a router's other inputs (LFM2-MoE's expert bias), for near_tie
         return hook
 
     def near_tie(self, column: int, token: int, chosen, delta: float = NEAR_TIE_LOGIT) -> bool:
@@ -1213,7 +1215,7 @@ class RouterTrace:
         self._probing = True
         try:
             with torch.no_grad():
-                out = gate((hidden.double() + move).to(hidden.dtype)[None])
+                out = gate((hidden.double() + move).to(hidden.dtype)[None], *self._gate_args.get(layer, ()))
         finally:
             self._probing = False
         picked = out[-1] if isinstance(out, tuple) else out
@@ -1308,7 +1310,10 @@ SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": 
                               **{n: (n, HYBRID_FLAGS + MTP_FLAGS)
                                  for n in ("qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe")},
                               # Nemotron-H: a bounded state pool; no MTP layers (as published)
-                              "nemotron_h": ("nemotron_h", HYBRID_FLAGS)}
+                              "nemotron_h": ("nemotron_h", HYBRID_FLAGS),
+                              # LFM2-MoE: its short convolutions' state pool bounded likewise (unbounded, one
+                              # server's scheduler held ~5 GB and was killed for memory beside the suite's others)
+                              "lfm2_moe": ("lfm2_moe", HYBRID_FLAGS)}
 # A flipped checkpoint is served as its family is, but without MTP speculation: the flip is of the target model.
 SERVERS.update({n: (n, [f for f in SERVERS[n[:-8]][1] if f not in MTP_FLAGS])
                 for n in FAMILIES if n.endswith("_flipped")})
