@@ -63,6 +63,12 @@ KIMI_MEDIA_TOKENS = ("<|media_begin|>", "<|media_content|>", "<|media_end|>", "<
 KIMI_MEDIA_IDS = dict(vision_start_token_id=260, media_content=261, vision_end_token_id=262, image_token_id=263,
                       video_token_id=264)
 
+# Intern-S1's image tokens (SGLang's InternVLProcessor expands a prompt's <image> to <img>, 256 <IMG_CONTEXT> per tile,
+# </img>; the release's tokenizer holds them as special tokens) and its video pad, after the embedded tokenizer's
+# 260 ids; image_token_id is the config's.
+INTERNS1_VISION_TOKENS = ("<img>", "</img>", "<IMG_CONTEXT>", "<|video_pad|>")
+INTERNS1_VISION_IDS = dict(image_start=260, image_end=261, image_token_id=262, video=263)
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -548,6 +554,32 @@ FAMILIES: Dict[str, Family] = {
         qk_scale=8.0,  # scores that depend on positions (see Family.qk_scale)
         not_sampled=(KIMI_MEDIA_IDS["image_token_id"], KIMI_MEDIA_IDS["video_token_id"]),
     ),
+    # Intern-S1 as the Hub ships it (internlm/Intern-S1): its remote code is transformers' InternVL under its own
+    # names (InternS1Config, model_type interns1) over Qwen3-MoE's text model (every layer MoE, softmax top-k
+    # renormalised, QK norm) with a one-layer InternViT tower; text prompts. Built and saved by transformers'
+    # InternVLForConditionalGeneration (tensor names as the release's: SGLang's interns1.py maps model.language_model.*
+    # and model.vision_tower.*), configured as published (_interns1_as_published: architectures, model_type, auto_map
+    # to a stand-in for its config code, tests/checkpoints/configuration_interns1.py); served with --trust-remote-code,
+    # as the release is.
+    "interns1": Family(
+        "interns1", "InternVLConfig", "InternVLForConditionalGeneration",
+        dict(_TINY, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2, num_experts=8,
+             num_experts_per_tok=2, norm_topk_prob=True, head_dim=16, decoder_sparse_step=1, mlp_only_layers=[]),
+        wrap=lambda text: dict(
+            text_config=dict(text, model_type="qwen3_moe"), tie_word_embeddings=False,
+            image_token_id=INTERNS1_VISION_IDS["image_token_id"],
+            # 448-pixel tiles of 14-pixel patches, as published: SGLang's processor cuts 448-pixel tiles whatever the
+            # config says
+            vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                               image_size=[448, 448], patch_size=[14, 14])),
+        layers_of=lambda m: list(m.model.language_model.layers),
+        experts_topk=lambda c: (c.text_config.num_experts, c.text_config.num_experts_per_tok),
+        hub_tensors=lambda folder: _interns1_as_published(folder),
+        extra_files=lambda folder: _add_vision_tokens(folder, INTERNS1_VISION_TOKENS, INTERNS1_VISION_IDS),
+        # transformers' InternVL embeds a context token as an image feature only with pixels behind it; a sampled
+        # one would stop its forward ("Image features and image tokens do not match")
+        not_sampled=(INTERNS1_VISION_IDS["image_token_id"],),
+    ),
     "gemma4": _GEMMA4,
     # Gemma-4 with the published split of attention shapes (full-attention layers: head_dim 32, one kv head; sliding:
     # 16, two): the CPU runtime's one KV pool cannot hold both, and start-up refuses it there.
@@ -662,6 +694,7 @@ FLIPPED: Dict[str, Dict[str, Any]] = {
                       first_k_dense_replace=0),
     "qwen3_vl_moe": dict(attention_bias=True),
     "qwen3_omni_moe": dict(attention_bias=True, norm_topk_prob=False),
+    "interns1": dict(norm_topk_prob=False, attention_bias=True),
     "nemotron_h": dict(norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=1.0, use_conv_bias=False),
     # Qwen3.5's text-only checkpoint: M-RoPE over half the head (sections to match, the factor given as the
     # published config gives it: beside rope_parameters too), embeddings tied
@@ -831,6 +864,37 @@ def _kimi_k25_as_published(folder: Path) -> None:
                   mm_projector_type="patchmerger", pos_emb_type="divided_fixed", projector_hidden_act="gelu",
                   projector_ln_eps=1e-5, video_attn_type="spatial_temporal")
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+
+
+# transformers 5.19's save of InternVLForConditionalGeneration (its conversion mapping reversed: the InternVL-hf
+# names) -> the module names Intern-S1 ships, which SGLang's interns1.py maps (_mapping_interns1_name) and
+# transformers loads as they are.
+_INTERNS1_HUB_NAMES = {"language_model.model.": "model.language_model.", "language_model.lm_head.": "lm_head.",
+                       "vision_tower.": "model.vision_tower.", "multi_modal_projector.": "model.multi_modal_projector."}
+
+
+def _interns1_as_published(folder: Path) -> None:
+    """Tensor names and config.json as internlm/Intern-S1 ships them: its architecture and model types, auto_map to
+    its config code (the stand-in, copied beside it), the text model's architecture (interns1.py picks its language
+    model by it), and the vision keys SGLang's InternVisionModel reads that transformers' InternVL vision config does
+    not save (dropout, drop_path_rate, initializer_factor: published in the release's vision_config)."""
+    from safetensors.torch import load_file, save_file
+
+    for shard in sorted(folder.glob("*.safetensors")):
+        tensors = load_file(str(shard))
+        renamed = {}
+        for k, v in tensors.items():
+            old = next((o for o in _INTERNS1_HUB_NAMES if k.startswith(o)), None)
+            renamed[_INTERNS1_HUB_NAMES[old] + k[len(old):] if old else k] = v
+        save_file(renamed, str(shard), metadata={"format": "pt"})
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update(architectures=["InternS1ForConditionalGeneration"], model_type="interns1",
+               auto_map={"AutoConfig": "configuration_interns1.InternS1Config"})
+    cfg["text_config"]["architectures"] = ["Qwen3MoeForCausalLM"]
+    cfg["vision_config"].update(model_type="interns1_vision", dropout=0.0, drop_path_rate=0.0, initializer_factor=0.1)
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    shutil.copy(Path(__file__).parent / "checkpoints" / "configuration_interns1.py", folder)
 
 
 # Block names transformers 5.19 saves (layers_block_type) -> hybrid_override_pattern's characters.
@@ -1110,7 +1174,8 @@ def _transpose_fused_experts(folder: Path) -> None:
 
 
 # The Hub's architecture name -> transformers' class, where they differ.
-TRANSFORMERS_CLASS = {"KimiK25ForConditionalGeneration": "Kimi_K25ForConditionalGeneration"}
+TRANSFORMERS_CLASS = {"KimiK25ForConditionalGeneration": "Kimi_K25ForConditionalGeneration",
+                      "InternS1ForConditionalGeneration": "InternVLForConditionalGeneration"}
 
 
 def load_transformers(path: Path):
@@ -1261,7 +1326,42 @@ IMAGE_FAMILIES = {
     "qwen3_5_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
     "qwen3_vl_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
     "kimi_k25": ("Look: <|media_begin|><|media_pad|><|media_end|> What is it?", 56),
+    # one 448-pixel tile (the request's image_max_dynamic_patch: 1; SGLang's default cuts up to 12 and a thumbnail)
+    "interns1": ("Look: <image> What is it?", 448),
 }
+# What a family's image request carries beyond the prompt and the image.
+IMAGE_REQUEST = {"interns1": {"image_max_dynamic_patch": 1}}
+
+
+def _interns1_image_inputs(folder: Path, text: str, image) -> tuple:
+    """Intern-S1's model inputs for ``text`` with ``image``, as SGLang prepares them: the release's processor is not
+    transformers' (SGLang runs its own InternVLProcessor, multimodal/processors/internvl.py
+    process_qwen_mm_data_async), so the oracle takes that processor's pixels: the image scaled to [0, 1], normalised
+    by its ImageNet mean and std, cut into tiles by its own dynamic_preprocess (one tile here, as the request asks),
+    and the prompt's <image> expanded to <img>, the context token per tile feature, </img>."""
+    import numpy
+    import torch
+    import transformers
+    from sglang.srt.multimodal.processors.internvl import InternVLProcessor as SGLangProcessor
+
+    config = json.loads((folder / "config.json").read_text())
+    vision = config["vision_config"]
+    per_tile = int((vision["image_size"][0] // vision["patch_size"][0]) ** 2 * config["downsample_ratio"] ** 2)
+    pixels = torch.from_numpy(numpy.array(image.convert("RGB"))).permute(2, 0, 1).float() / 255.0
+    mean = torch.tensor(SGLangProcessor.IMAGENET_MEAN).view(-1, 1, 1)
+    std = torch.tensor(SGLangProcessor.IMAGENET_STD).view(-1, 1, 1)
+    tiles = SGLangProcessor.dynamic_preprocess((pixels - mean) / std, image_size=448,
+                                               max_num=IMAGE_REQUEST["interns1"]["image_max_dynamic_patch"],
+                                               use_thumbnail=True)
+    expanded = text.replace(SGLangProcessor.IMAGE_PLACEHOLDER_TOKEN, SGLangProcessor.IMG_START
+                            + SGLangProcessor.IMG_CONTEXT * (per_tile * tiles.shape[0]) + SGLangProcessor.IMG_END)
+    ids = transformers.AutoTokenizer.from_pretrained(str(folder))(expanded)["input_ids"]
+    return ids, {"pixel_values": tiles.to(torch.float32)}
+
+
+# Families whose release's processor is not transformers': folder, prompt, image -> (input ids, pixel inputs) as
+# SGLang's own processor makes them.
+SGLANG_PROCESSED = {"interns1": _interns1_image_inputs}
 # Where SGLang's model builds a norm with another eps than transformers' (on every device), the oracle takes SGLang's,
 # so the rows compared are of one computation; tests/test_families.py pins each difference on both sides.
 # GLM-4.5V: glm4v.py builds the patch merger's post_projection_norm as SGLang's own LayerNorm (eps 1e-6), transformers
@@ -1303,6 +1403,8 @@ SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": 
                               "deepseek_v32": ("deepseek_v32", MTP_FLAGS),
                               # Kimi-K2.5: its processor is the checkpoint's own code, as the release's is
                               "kimi_k25": ("kimi_k25", ["--trust-remote-code"]),
+                              # Intern-S1: its config class is the checkpoint's own code, as the release's is
+                              "interns1": ("interns1", ["--trust-remote-code"]),
                               # ERNIE-4.5: one server, MTP speculation on (its dense MTP layer drafts)
                               "ernie4_5_moe": ("ernie4_5_moe", MTP_FLAGS),
                               # the hybrid (linear-attention) families: a bounded state pool, and MTP speculation

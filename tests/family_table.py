@@ -203,6 +203,8 @@ LAYOUT: Dict[str, str] = {
     "Gemma-4 (text)": "text model: every layer MoE (beside its dense MLP) with `enable_moe_block`, none without; "
                       "on the CPU runtime sliding and full-attention KV shapes that differ refused",
     "Kimi-K2.5 (text)": "text model as DeepSeek-V3: first `first_k_dense_replace` dense; no MTP layers (as published)",
+    "Intern-S1": "text model as Qwen3-MoE: every layer MoE; a dense text model (Intern-S1-mini's Qwen3) refused: "
+                 "no routers",
     "ERNIE-4.5-MoE": "MoE from `moe_layer_start_index` to `moe_layer_end_index`, dense MTP; `moe_layer_interval` ≠ 1 "
                      "and `use_bias` refused",
     "LFM2-MoE": "first `num_dense_layers` dense",

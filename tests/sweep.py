@@ -276,6 +276,17 @@ SPECS: Dict[str, tuple] = {
     # with one group, routed_scaling_factor, one shared expert; num_hidden_layers beside the pattern; no MTP), and one
     # MLP block ('-', which the release has none of) so that every block kind is built.
     "NemotronHForCausalLM": ("nemotron_h", dict(_NEMOTRON_H, hybrid_override_pattern="ME*EM-E", num_hidden_layers=7)),
+    # Intern-S1: Qwen3-MoE's text model (its architecture named in text_config, as internlm/Intern-S1 publishes it,
+    # interns1.py picks its language model by it) and a one-layer InternViT tower with the vision keys SGLang reads;
+    # its config class is the release's own code (here the stand-in, STAND_IN_CONFIGS).
+    "InternS1ForConditionalGeneration": ("interns1", dict(
+        text_config=dict(_T, model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], intermediate_size=128,
+                         moe_intermediate_size=32, num_hidden_layers=2, num_experts=8, num_experts_per_tok=2,
+                         norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[]),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=[28, 28], patch_size=[14, 14], dropout=0.0, drop_path_rate=0.0,
+                           initializer_factor=0.1),
+        tie_word_embeddings=False)),
     "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
 }
 # Where SGLang builds its own config class and transformers' differently-spelled one is not read as the same model
@@ -360,7 +371,8 @@ def config_object(arch: str, model_type: str, values: Dict[str, Any]):
     import transformers
     from sglang.srt.utils.hf_transformers import common
 
-    cls = common._CONFIG_REGISTRY.get(model_type) or transformers.CONFIG_MAPPING[model_type]
+    cls = (common._CONFIG_REGISTRY.get(model_type) or _stand_in_config(model_type)
+           or transformers.CONFIG_MAPPING[model_type])
     cfg = cls(**copy.deepcopy(values))
     cfg.architectures = [arch]
     # ModelConfig (configs/model_config.py) sets these on every config it loads (defaults: both off); Kimi-K2.5's
@@ -381,9 +393,33 @@ def config_object(arch: str, model_type: str, values: Dict[str, Any]):
     return cfg
 
 
+# Config classes that are a release's own code (loaded with --trust-remote-code), which a host without the Hub cannot
+# fetch: model_type -> the stand-in the tests' checkpoints carry (tests/checkpoints/), and the transformers model type
+# whose class it renames (the module tree compared).
+STAND_IN_CONFIGS: Dict[str, tuple] = {"interns1": ("configuration_interns1", "InternS1Config", "internvl")}
+
+
+def _stand_in_config(model_type: str):
+    if model_type not in STAND_IN_CONFIGS:
+        return None
+    import importlib.util
+
+    module, name, _ = STAND_IN_CONFIGS[model_type]
+    spec = importlib.util.spec_from_file_location(module, Path(__file__).parent / "checkpoints" / f"{module}.py")
+    code = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(code)
+    return getattr(code, name)
+
+
+# Architectures whose build reads a tensor's value (which the meta device has none of): built on the CPU, tiny.
+BUILT_ON_CPU = {"InternS1ForConditionalGeneration": "internvl.py's InternVisionEncoder reads its drop-path rates "
+                                                    "with .item()"}
+
+
 def build_sglang(arch: str, cfg, draft: bool = False):
-    """SGLang's model class for ``arch`` built on the meta device, as its model runner builds it at tp=1 on this
-    host (the CPU runner's head adjustment first; a draft inside SGLang's draft build scope)."""
+    """SGLang's model class for ``arch`` built on the meta device (on the CPU where ``BUILT_ON_CPU`` says why), as its
+    model runner builds it at tp=1 on this host (the CPU runner's head adjustment first; a draft inside SGLang's
+    draft build scope)."""
     import contextlib
 
     import torch
@@ -398,7 +434,7 @@ def build_sglang(arch: str, cfg, draft: bool = False):
         if hasattr(cfg, "text_config"):
             adjust_tp_num_heads_if_necessary(cfg.text_config, 1, is_post_update=True)
     cls = ModelRegistry.models[arch]
-    with torch.device("meta"), (draft_model_build_scope() if draft else contextlib.nullcontext()):
+    with torch.device("cpu" if arch in BUILT_ON_CPU else "meta"), (draft_model_build_scope() if draft else contextlib.nullcontext()):
         return cls(config=cfg, quant_config=None)
 
 
@@ -420,7 +456,8 @@ def transformers_config(arch: str, model_type: str, values: Dict[str, Any]):
     import transformers
 
     try:
-        cls = transformers.CONFIG_MAPPING[model_type]
+        cls = transformers.CONFIG_MAPPING[STAND_IN_CONFIGS[model_type][2] if model_type in STAND_IN_CONFIGS
+                                          else model_type]
     except KeyError:
         return None
     cfg = cls(**copy.deepcopy(values))

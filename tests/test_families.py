@@ -28,7 +28,7 @@ passes the embedding on and its layer adds little, so the draft guesses close to
 MiniMax-M2 (sigmoid scores with a selection bias, q/k RMS norm over the whole attention width, partial RoPE from
 ``rotary_dim``): its q/k norm's two Triton kernels assert CUDA tensors, so the CPU runtime runs them in torch
 (sglang_r3/serving/patches/cpu/minimax_m2.py, checked against transformers' norm in tests/test_cpu_minimax_m2.py).
-GLM-4.5V, Qwen3.5-MoE, Qwen3-VL-MoE and Kimi-K2.5 with an image in the prompt (the tokenizer carries the releases' vision
+GLM-4.5V, Qwen3.5-MoE, Qwen3-VL-MoE, Kimi-K2.5 and Intern-S1 with an image in the prompt (the tokenizer carries the releases' vision
 tokens, the processor runs on CPU): the image's tokens pass through the MoE layers like text, and their rows, ours and upstream's,
 are transformers' router top-k over the pixels the checkpoint's own processor made
 (``test_image_prompt_rows_are_transformers_router_topk``; GLM-4.5V's merger norm at SGLang's eps: ``SGLANG_NORM_EPS``). A Qwen3.5 vision config without
@@ -42,6 +42,13 @@ experts one by one, one-block vision and audio towers, no talker, its processor 
 qwen3_omni_moe.py builds the thinker only, a Qwen3-VL-MoE wrapper over Qwen3-MoE's decoder, from ``thinker_config``
 (its text model in ``thinker_config.text_config``, which the config view reads); the oracle runs transformers' thinker
 (the omni wrapper only generates). Not proven: a prompt with an image or audio.
+Intern-S1 (``InternS1ForConditionalGeneration``, one-layer InternViT tower, text prompts and with an image): its
+remote code is transformers' InternVL under its own names over Qwen3-MoE's text model (SGLang's interns1.py builds
+qwen3_moe.py's model by ``text_config.architectures``), saved by transformers' ``InternVLForConditionalGeneration``
+with the release's tensor names and config (``model_type: interns1``, ``auto_map`` to a stand-in for its config code,
+tests/checkpoints/configuration_interns1.py), served with ``--trust-remote-code``. Its image processor is SGLang's
+own (multimodal/processors/internvl.py: 448-pixel tiles, ImageNet normalisation, bfloat16), so the oracle feeds
+transformers' model that processor's pixels (``SGLANG_PROCESSED``), one tile (``image_max_dynamic_patch: 1``).
 Moonlight-16B-A3B (``DeepseekV3ForCausalLM`` as published: no q LoRA, no RoPE scaling, one expert group, two shared
 experts): SGLang's CPU path asserts a YaRN scaling for MLA's rotary embedding; the CPU runtime gives it the plain one
 SGLang builds on other devices (sglang_r3/serving/patches/cpu/rope.py). Its query and key projections are scaled 8x
@@ -142,9 +149,9 @@ import numpy as np
 import pytest
 
 from sglang_r3.core.layout import ROLE_DENSE, ROLE_MOE, ROLE_MTP, LayoutError, layout_from_model_path
-from tests.families import (FAMILIES, FLIPPED, GROUPS, IMAGE_FAMILIES, NEAR_TIE_LOGIT, SGLANG_NORM_EPS,
-                            NEAR_TIES_PER_RESPONSE, MTP_FLAGS, REFUSED_FLIPS, SERVERS, Family, RouterTrace, build,
-                            dense_or_moe, initialized, load_transformers, serve_group, stop_ahead,
+from tests.families import (FAMILIES, FLIPPED, GROUPS, IMAGE_FAMILIES, IMAGE_REQUEST, MTP_FLAGS, NEAR_TIE_LOGIT,
+                            NEAR_TIES_PER_RESPONSE, REFUSED_FLIPS, SERVERS, SGLANG_NORM_EPS, SGLANG_PROCESSED, Family,
+                            RouterTrace, build, dense_or_moe, initialized, load_transformers, serve_group, stop_ahead,
                             with_sglang_norm_eps)
 from tests.routing_http import fetch_layout, generate, record_of
 
@@ -301,16 +308,21 @@ def test_image_prompt_rows_are_transformers_router_topk(served, oracles, mode):
     name = served.family
     text, side = IMAGE_FAMILIES[name]
     image, url_data = _image(side)
-    processor = transformers.AutoProcessor.from_pretrained(str(build(FAMILIES[name])))
-    enc = processor(text=[text], images=[image], return_tensors="pt")
-    prompt = enc["input_ids"][0].tolist()
-    assert prompt.count(processor.image_token_id) > 1  # the processor expanded the one placeholder the text holds
-    out = generate(served.url, text=text, image_data=url_data, return_routing=True,
-                   return_routed_experts=True, sampling_params=_sampling(name, mode))
+    folder = build(FAMILIES[name])
+    if name in SGLANG_PROCESSED:  # the release's processor is SGLang's own, not transformers'
+        prompt, pixels = SGLANG_PROCESSED[name](folder, text, image)
+        image_token_id = json.loads((folder / "config.json").read_text())["image_token_id"]
+    else:
+        processor = transformers.AutoProcessor.from_pretrained(str(folder))
+        enc = processor(text=[text], images=[image], return_tensors="pt")
+        prompt, image_token_id = enc["input_ids"][0].tolist(), processor.image_token_id
+        pixels = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids")}
+    assert prompt.count(image_token_id) > 1  # the processor expanded the one placeholder the text holds
+    out = generate(served.url, text=text, image_data=url_data, return_routing=True, return_routed_experts=True,
+                   sampling_params=_sampling(name, mode), **IMAGE_REQUEST.get(name, {}))
     assert out["meta_info"]["prompt_tokens"] == len(prompt)
     tokens = prompt + list(out["output_ids"])
-    pixels = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids")}
-    if "mm_token_type_ids" in enc:  # M-RoPE's token types: the completion is text
+    if name not in SGLANG_PROCESSED and "mm_token_type_ids" in enc:  # M-RoPE's token types: the completion is text
         pixels["mm_token_type_ids"] = torch.cat(
             [enc["mm_token_type_ids"], torch.zeros(1, len(out["output_ids"]), dtype=torch.long)], dim=1)
     trace = oracles(name)
@@ -532,6 +544,35 @@ def test_the_kimi_k25_checkpoint_is_in_the_hubs_layout_and_transformers_reads_al
     assert any(k.endswith("mlp.gate.e_score_correction_bias") for k in text)
     for k, v in text.items():
         assert torch.equal(params[k.replace("language_model.model.", "model.language_model.")], v), k
+
+
+@pytest.mark.fast  # transformers only
+def test_the_interns1_checkpoint_is_in_the_releases_layout_and_transformers_reads_all_of_it():
+    # Written as internlm/Intern-S1 ships it (tests/families.py _interns1_as_published): the module names its remote
+    # code loads and SGLang's interns1.py maps, its config class the checkpoint's own (the stand-in), and
+    # transformers' InternVL reads every tensor as written, none missing (its lm_head is not a fresh one).
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    path = build(FAMILIES["interns1"])
+    config = json.loads((path / "config.json").read_text())
+    assert config["auto_map"] == {"AutoConfig": "configuration_interns1.InternS1Config"}
+    assert (path / "configuration_interns1.py").is_file()
+    model, info = transformers.InternVLForConditionalGeneration.from_pretrained(
+        str(path), dtype=torch.float32, output_loading_info=True)
+    assert not any(info.values()), info
+    saved = {k: v for shard in path.glob("*.safetensors") for k, v in load_file(str(shard)).items()}
+    assert {k.split(".")[0] if k.startswith("lm_head") else ".".join(k.split(".")[:2]) for k in saved} == {
+        "lm_head", "model.language_model", "model.vision_tower", "model.multi_modal_projector"}
+    # experts one by one, as the release stores them (SGLang's expert_params_mapping reads gate_proj / up_proj /
+    # down_proj per expert; transformers fuses them when it loads)
+    assert any(k.endswith("mlp.experts.0.gate_proj.weight") for k in saved)
+    params = model.state_dict()
+    rest = {k: v for k, v in saved.items() if ".experts." not in k}
+    assert rest.keys() == {k for k in params if ".experts." not in k}
+    for k, v in rest.items():
+        assert torch.equal(params[k], v), k
 
 
 @pytest.mark.sglang  # SGLang's module built in a fresh process, as the sweep builds it

@@ -693,6 +693,23 @@ def test_qwen3_omni_moe_thinker_text_routing_not_talker_and_sparse_step_refused(
         layout_from_hf_config({**cfg, "thinker_config": {"text_config": {**text, "mlp_only_layers": [0]}}})
 
 
+def test_interns1_text_routing_as_qwen3_moe_and_a_dense_text_model_refused():
+    # internlm/Intern-S1: Qwen3-235B-A22B's text model (94 layers, 128 experts, top-8) under an InternViT tower;
+    # Intern-S1-mini: Qwen3-8B's, dense (interns1.py builds Qwen3ForCausalLM: no routers).
+    text = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "num_hidden_layers": 94,
+            "num_experts": 128, "num_experts_per_tok": 8}
+    cfg = {"architectures": ["InternS1ForConditionalGeneration"], "model_type": "interns1", "text_config": text,
+           "vision_config": {"model_type": "interns1_vision", "num_hidden_layers": 24, "image_size": [448, 448]}}
+    layout = layout_from_hf_config(cfg)
+    assert layout.moe_layer_ids == tuple(range(94)) and (layout.num_experts, layout.topk) == (128, 8)
+    assert not layout.mtp_layers
+    with pytest.raises(LayoutError, match=r"mlp_only_layers=\[0\]"):
+        layout_from_hf_config({**cfg, "text_config": {**text, "mlp_only_layers": [0]}})
+    mini = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 36}
+    with pytest.raises(LayoutError, match="text model 'qwen3'.*no routers"):
+        layout_from_hf_config({**cfg, "text_config": mini})
+
+
 def test_ernie_moe_layer_range_dense_mtp_and_interval_refused():
     # baidu/ERNIE-4.5-21B-A3B-PT: 28 layers, MoE from layer 1 to the last (-1), 64 experts, top-6, one MTP layer
     cfg = {"architectures": ["Ernie4_5_MoeForCausalLM"], "model_type": "ernie4_5_moe", "num_hidden_layers": 28,

@@ -867,6 +867,18 @@ def _qwen_moe(v, arch) -> Stack:
 _NO_ATTENTION_BIAS = ("Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")
 
 
+def _interns1(v, arch) -> Stack:
+    """Intern-S1: interns1.py builds its language model by text_config.architectures -- qwen3_moe.py's
+    Qwen3MoeForCausalLM for Intern-S1 (Qwen3-MoE's layers: every layer MoE), a dense Qwen2 / Qwen3 for
+    Intern-S1-mini (no routers: nothing to replay). The vision tower's tokens reach the rows as tokens of the
+    same layers."""
+    if v.model_type != "qwen3_moe":
+        raise RuleError(
+            f"{arch}: text model {v.model_type or 'unknown'!r}: interns1.py builds a dense Qwen2 / Qwen3 language "
+            f"model for it (Intern-S1-mini), which has no routers to replay; refusing")
+    return _qwen_moe(v, arch)
+
+
 def _mimo(v, arch) -> Stack:
     """MiMo-7B: a dense Qwen2-style model; its MTP layers are dense Qwen2
     decoder layers too (mimo_mtp.py), so they carry no router."""
@@ -1201,14 +1213,8 @@ _HUNYUAN_V1_MOE_REFUSAL = (
     "always applies"
 )
 
-# Intern-S1 / Intern-S1-Pro: their config classes are the checkpoints' own code (model_type interns1 /
-# interns1_pro: neither transformers 5.19 nor SGLang 0.5.23 defines them).
-_INTERNS1_REFUSAL = (
-    "no rule proven yet: its config class is the checkpoint's own code (model_type interns1, in neither "
-    "transformers 5.19 nor SGLang 0.5.23), so neither the sweep nor a served forward has built it here. interns1.py "
-    "picks its language model by text_config.architectures: Qwen3MoeForCausalLM (Intern-S1, routed as Qwen3-MoE, "
-    "the vision tower's tokens through the same layers) or a dense Qwen2 / Qwen3 (Intern-S1-mini, no routers)"
-)
+# Intern-S1-Pro: its config class is the checkpoint's own code (model_type interns1_pro: neither transformers 5.19
+# nor SGLang 0.5.23 defines it).
 _INTERNS1_PRO_REFUSAL = (
     "no rule proven yet: its config class is the checkpoint's own code, so neither the sweep nor a served forward has "
     "built it here. interns1pro.py is Qwen3-VL-MoE's wrapper with its own text attention (InternS1ProTextAttention, "
@@ -1299,7 +1305,10 @@ FAMILIES: Tuple[Family, ...] = (
     Family("MiMo-V2-Flash", {"MiMoV2FlashForCausalLM": "mimo_v2_flash", "MiMoV2ForCausalLM": "mimo_v2_flash"},
            refusal=_MIMO_V2_REFUSAL, mtp=MTP_MULTI_LAYER),
     Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
-    Family("Intern-S1", {"InternS1ForConditionalGeneration": ""}, refusal=_INTERNS1_REFUSAL),
+    # Intern-S1: its config class is the checkpoint's own code (model_type interns1: transformers' InternVLConfig
+    # renamed), its text_config Qwen3-MoE's.
+    Family("Intern-S1", {"InternS1ForConditionalGeneration": "interns1"}, {"qwen3_moe": _QWEN3_MOE}, _interns1,
+           text_model_types={"interns1": "qwen3_moe"}),
     Family("Intern-S1-Pro", {"InternS1ProForConditionalGeneration": ""}, refusal=_INTERNS1_PRO_REFUSAL),
     Family("Inkling", {"InklingForConditionalGeneration": "inkling_mm_model",
                        "InklingForConditionalGenerationMTP": "inkling_mm_model"},
@@ -1345,7 +1354,8 @@ MULTI_LAYER_MTP_ARCHITECTURES: Tuple[str, ...] = tuple(
 # SGLang's own forward over its own tokens, still agreed). tests/sweep.py builds every ruled architecture with
 # tie_word_embeddings true and checks this set against the head SGLang builds.
 UNTIED_HEAD_ARCHITECTURES: FrozenSet[str] = frozenset({
-    "AfmoeForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "GptOssForCausalLM", "MiniMaxM2ForCausalLM",
+    "AfmoeForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM", "GptOssForCausalLM",
+    "InternS1ForConditionalGeneration", "MiniMaxM2ForCausalLM",
     "MixtralForCausalLM", "OlmoeForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM",
     "Qwen3OmniMoeForConditionalGeneration", "Step3p5ForCausalLM",
 })
