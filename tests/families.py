@@ -533,6 +533,20 @@ FAMILIES: Dict[str, Family] = {
         not_sampled=(GLM_VISION_IDS["image_token_id"], GLM_VISION_IDS["video_token_id"]),
         router_std=0.4,  # sigmoid scores off saturation, as GLM-4.5's
     ),
+    # JoyAI-LLM-Flash (Miles scripts/models/joyai-llm-flash.py): DeepSeek-V3's architecture (DeepseekV3ForCausalLM:
+    # radixark/miles issue 606) under its own model type, joyai_llm_flash (mbridge's JoyAILLMFlashBridge in Miles, a
+    # DeepseekV3Bridge), whose config class is the release's code, not read here: a stand-in, DeepSeek-V3's class
+    # renamed (tests/checkpoints/configuration_joyai_llm_flash.py), served with --trust-remote-code. The keys are the
+    # script's Megatron shapes: MLA with q LoRA, RoPE base 3.2e7 unscaled, sigmoid top-k with a selection bias in one
+    # group, routed scaling 2.5, one shared expert, layer 0 dense; no MTP layers (Miles converts it without them).
+    "joyai_llm_flash": Family(
+        "joyai_llm_flash", "DeepseekV3Config", "DeepseekV3ForCausalLM",
+        {**{k: v for k, v in _DEEPSEEK_V3_TEXT.items() if k != "rope_scaling"}, "n_group": 1, "topk_group": 1,
+         "num_nextn_predict_layers": 0, "rope_theta": 32000000.0},
+        hub_tensors=lambda folder: _joyai_llm_flash_as_published(folder),
+        router_std=0.4,  # sigmoid scores off saturation (one group), as Kimi-K2.5's
+        qk_scale=8.0,  # scores that depend on positions (see Family.qk_scale)
+    ),
     # Kimi-K2.5 as the Hub ships it (moonshotai/Kimi-K2.5): DeepSeek-V3's text model (MLA, YaRN, sigmoid top-k with a
     # selection bias, one group as published, layer 0 dense, no MTP layers) under KimiK25ForConditionalGeneration
     # with a one-block MoonViT tower; text prompts. Built and saved by transformers' Kimi_K25ForConditionalGeneration,
@@ -866,6 +880,17 @@ def _kimi_k25_as_published(folder: Path) -> None:
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
 
 
+def _joyai_llm_flash_as_published(folder: Path) -> None:
+    """config.json under JoyAI-LLM-Flash's model type, auto_map to the stand-in for its config class (copied beside
+    it); the architecture and tensors stay DeepSeek-V3's."""
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update(model_type="joyai_llm_flash",
+               auto_map={"AutoConfig": "configuration_joyai_llm_flash.JoyAILLMFlashConfig"})
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    shutil.copy(Path(__file__).parent / "checkpoints" / "configuration_joyai_llm_flash.py", folder)
+
+
 # transformers 5.19's save of InternVLForConditionalGeneration (its conversion mapping reversed: the InternVL-hf
 # names) -> the module names Intern-S1 ships, which SGLang's interns1.py maps (_mapping_interns1_name) and
 # transformers loads as they are.
@@ -1178,13 +1203,24 @@ TRANSFORMERS_CLASS = {"KimiK25ForConditionalGeneration": "Kimi_K25ForConditional
                       "InternS1ForConditionalGeneration": "InternVLForConditionalGeneration"}
 
 
+# Model types whose config class is a release's own code (a stand-in in the checkpoint) -> the transformers model type
+# whose class it renames. transformers picks its weight conversions by model type (DeepSeek-V3's fuses the experts
+# stored one by one): read under the release's name, the experts would be left at their initial values.
+RENAMED_MODEL_TYPES = {"joyai_llm_flash": "deepseek_v3"}
+
+
 def load_transformers(path: Path):
     import torch
     import transformers
 
-    (arch,) = json.loads((path / "config.json").read_text())["architectures"]
-    arch = TRANSFORMERS_CLASS.get(arch, arch)
-    model = getattr(transformers, arch).from_pretrained(str(path), dtype=torch.float32)
+    saved = json.loads((path / "config.json").read_text())
+    (arch,) = saved["architectures"]
+    cls = getattr(transformers, TRANSFORMERS_CLASS.get(arch, arch))
+    kwargs = {}
+    if saved.get("model_type") in RENAMED_MODEL_TYPES:
+        fields = {k: v for k, v in saved.items() if k != "auto_map"}
+        kwargs["config"] = cls.config_class(**{**fields, "model_type": RENAMED_MODEL_TYPES[saved["model_type"]]})
+    model = cls.from_pretrained(str(path), dtype=torch.float32, **kwargs)
     return model.eval()
 
 
@@ -1405,6 +1441,8 @@ SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": 
                               "kimi_k25": ("kimi_k25", ["--trust-remote-code"]),
                               # Intern-S1: its config class is the checkpoint's own code, as the release's is
                               "interns1": ("interns1", ["--trust-remote-code"]),
+                              # JoyAI-LLM-Flash: likewise (a stand-in for it)
+                              "joyai_llm_flash": ("joyai_llm_flash", ["--trust-remote-code"]),
                               # ERNIE-4.5: one server, MTP speculation on (its dense MTP layer drafts)
                               "ernie4_5_moe": ("ernie4_5_moe", MTP_FLAGS),
                               # the hybrid (linear-attention) families: a bounded state pool, and MTP speculation

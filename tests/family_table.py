@@ -84,7 +84,9 @@ TRAINED_BY: Tuple[Script, ...] = (
     # InklingForConditionalGeneration (inkling.py; InklingModelConfig's vocab_size, 201024, is the script's).
     Script(M, "scripts/models/inkling.py", "Inkling", "InklingForConditionalGeneration",
            "miles_plugins.models.inkling"),
-    Script(M, "scripts/models/joyai-llm-flash.py", "JoyAI-LLM-Flash", "", "--num-experts"),
+    # JoyAI-LLM-Flash: a DeepseekV3ForCausalLM (radixark/miles issue 606) under its own model type, joyai_llm_flash
+    # (miles_plugins/mbridge/joyai_llm_flash.py, a DeepseekV3Bridge).
+    Script(M, "scripts/models/joyai-llm-flash.py", "JoyAI-LLM-Flash", "DeepseekV3ForCausalLM", "--num-experts"),
     # verl: its example scripts name the Hub checkpoint.
     Script(V, "examples/grpo_trainer/run_deepseek671b_math_megatron_80gb.sh", "DeepSeek-V3-0324",
            "DeepseekV3ForCausalLM", "deepseek-ai/DeepSeek-V3-0324"),
@@ -102,11 +104,7 @@ TRAINED_BY: Tuple[Script, ...] = (
 )
 
 # What else is known of a model no script names an architecture for.
-UNMAPPED_WHY: Dict[str, str] = {
-    "JoyAI-LLM-Flash": ("; Miles converts it with mbridge's DeepseekV3Bridge under model_type `joyai_llm_flash` "
-                        "(miles_plugins/mbridge/joyai_llm_flash.py), which neither SGLang 0.5.23's model registry "
-                        "nor transformers 5.19 has"),
-}
+UNMAPPED_WHY: Dict[str, str] = {}
 
 # Served-forward proofs outside tests/families.py: architecture -> (test file, what it shows).
 OTHER_FORWARDS: Dict[str, Tuple[str, str]] = {
@@ -226,8 +224,8 @@ def _link(s: Script) -> str:
 def _proof(arch: str) -> str:
     """How ``arch`` is proven, from the tests that prove it; '' when it has no rule."""
     from sglang_r3.core.families import SUPPORTED_ARCHITECTURES
-    from tests.families import (FAMILIES, FLIPPED, IMAGE_FAMILIES, MTP_FLAGS, SERVERS, SGLANG_NORM_EPS,
-                                TRANSFORMERS_CLASS)
+    from tests.families import (FAMILIES, FLIPPED, IMAGE_FAMILIES, MTP_FLAGS, RENAMED_MODEL_TYPES, SERVERS,
+                                SGLANG_NORM_EPS, TRANSFORMERS_CLASS)
 
     if arch not in SUPPORTED_ARCHITECTURES:
         return ""
@@ -244,6 +242,8 @@ def _proof(arch: str) -> str:
                      + (": " + ", ".join(f"`{k}`" for k in flipped) + " the other way" if flipped else "")
                      + (", MTP speculation on = off" if spec_on else "")
                      + (", text prompts and with an image" if name in IMAGE_FAMILIES else "")
+                     + (f", under model_type `{name}` (its config class a stand-in)" if name in RENAMED_MODEL_TYPES
+                        else "")
                      + ("; transformers at SGLang's eps for " + ", ".join(f"`{m}`" for m in SGLANG_NORM_EPS[name])
                         + ", which SGLang builds otherwise: `SGLANG_NORM_EPS`" if name in SGLANG_NORM_EPS else "") + ")")
     if arch in OTHER_FORWARDS:

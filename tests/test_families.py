@@ -42,6 +42,12 @@ experts one by one, one-block vision and audio towers, no talker, its processor 
 qwen3_omni_moe.py builds the thinker only, a Qwen3-VL-MoE wrapper over Qwen3-MoE's decoder, from ``thinker_config``
 (its text model in ``thinker_config.text_config``, which the config view reads); the oracle runs transformers' thinker
 (the omni wrapper only generates). Not proven: a prompt with an image or audio.
+JoyAI-LLM-Flash (Miles trains it): a ``DeepseekV3ForCausalLM`` under its own ``model_type: joyai_llm_flash``, whose
+config class is the release's code, not read here (a stand-in: tests/checkpoints/configuration_joyai_llm_flash.py),
+served with ``--trust-remote-code``; keys as the script's Megatron shapes (one expert group, q LoRA, RoPE base 3.2e7, no
+MTP layers). transformers picks its weight conversions by model type, so the oracle reads the checkpoint as
+DeepSeek-V3's (``RENAMED_MODEL_TYPES``); under the release's name it left the experts at their initial values and 3 of
+106 pairs differed.
 Intern-S1 (``InternS1ForConditionalGeneration``, one-layer InternViT tower, text prompts and with an image): its
 remote code is transformers' InternVL under its own names over Qwen3-MoE's text model (SGLang's interns1.py builds
 qwen3_moe.py's model by ``text_config.architectures``), saved by transformers' ``InternVLForConditionalGeneration``
@@ -573,6 +579,31 @@ def test_the_interns1_checkpoint_is_in_the_releases_layout_and_transformers_read
     assert rest.keys() == {k for k in params if ".experts." not in k}
     for k, v in rest.items():
         assert torch.equal(params[k], v), k
+
+
+@pytest.mark.fast  # transformers only
+def test_the_joyai_checkpoint_names_its_own_model_type_and_the_oracle_reads_every_tensor():
+    # JoyAI-LLM-Flash's config.json names model_type joyai_llm_flash (its config class the checkpoint's own: the
+    # stand-in) over DeepseekV3ForCausalLM. transformers picks its weight conversions by model type: read under that
+    # name it leaves the experts (stored one by one) at their initial values, so the oracle reads it as DeepSeek-V3's
+    # (RENAMED_MODEL_TYPES), which loads every tensor.
+    import torch
+    import transformers
+
+    path = build(FAMILIES["joyai_llm_flash"])
+    config = json.loads((path / "config.json").read_text())
+    assert (config["model_type"], config["architectures"]) == ("joyai_llm_flash", ["DeepseekV3ForCausalLM"])
+    assert config["auto_map"] == {"AutoConfig": "configuration_joyai_llm_flash.JoyAILLMFlashConfig"}
+    assert (path / "configuration_joyai_llm_flash.py").is_file()
+    _, info = transformers.DeepseekV3ForCausalLM.from_pretrained(str(path), dtype=torch.float32,
+                                                                 output_loading_info=True)
+    assert any(k.endswith("mlp.experts.gate_up_proj") for k in info["missing_keys"])
+    oracle = load_transformers(path)
+    want = initialized(FAMILIES["joyai_llm_flash"], FAMILIES["joyai_llm_flash"].config).state_dict()
+    got = oracle.state_dict()
+    assert want.keys() == got.keys()
+    for k, v in want.items():
+        assert torch.equal(got[k], v), k
 
 
 @pytest.mark.sglang  # SGLang's module built in a fresh process, as the sweep builds it
