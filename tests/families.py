@@ -852,19 +852,23 @@ _KIMI_K25_HUB_NAMES = {"language_model.model.blocks.": "language_model.model.lay
                        "vision_tower.encoder.patch_embed.": "vision_tower.patch_embed."}
 
 
+def _rename_tensors(folder: Path, prefixes: Dict[str, str]) -> None:
+    """Each saved tensor whose name starts with a key of ``prefixes`` renamed to start with its value."""
+    from safetensors.torch import load_file, save_file
+
+    for shard in sorted(folder.glob("*.safetensors")):
+        renamed = {}
+        for k, v in load_file(str(shard)).items():
+            old = next((o for o in prefixes if k.startswith(o)), None)
+            renamed[prefixes[old] + k[len(old):] if old else k] = v
+        save_file(renamed, str(shard), metadata={"format": "pt"})
+
+
 def _kimi_k25_as_published(folder: Path) -> None:
     """Tensor names and config.json as moonshotai/Kimi-K2.5 ships them. Its vision_config spells the tower's sizes
     vt_* and its position grid init_pos_emb_*, and SGLang's projector reads them; SGLang's MoonViT and transformers'
     vision config read the unprefixed sizes (which default to the release's values), so both are written."""
-    from safetensors.torch import load_file, save_file
-
-    for shard in sorted(folder.glob("*.safetensors")):
-        tensors = load_file(str(shard))
-        renamed = {}
-        for k, v in tensors.items():
-            old = next((o for o in _KIMI_K25_HUB_NAMES if k.startswith(o)), None)
-            renamed[_KIMI_K25_HUB_NAMES[old] + k[len(old):] if old else k] = v
-        save_file(renamed, str(shard), metadata={"format": "pt"})
+    _rename_tensors(folder, _KIMI_K25_HUB_NAMES)
     path = folder / "config.json"
     cfg = json.loads(path.read_text())
     text, vision = cfg["text_config"], cfg["vision_config"]
@@ -903,15 +907,7 @@ def _interns1_as_published(folder: Path) -> None:
     its config code (the stand-in, copied beside it), the text model's architecture (interns1.py picks its language
     model by it), and the vision keys SGLang's InternVisionModel reads that transformers' InternVL vision config does
     not save (dropout, drop_path_rate, initializer_factor: published in the release's vision_config)."""
-    from safetensors.torch import load_file, save_file
-
-    for shard in sorted(folder.glob("*.safetensors")):
-        tensors = load_file(str(shard))
-        renamed = {}
-        for k, v in tensors.items():
-            old = next((o for o in _INTERNS1_HUB_NAMES if k.startswith(o)), None)
-            renamed[_INTERNS1_HUB_NAMES[old] + k[len(old):] if old else k] = v
-        save_file(renamed, str(shard), metadata={"format": "pt"})
+    _rename_tensors(folder, _INTERNS1_HUB_NAMES)
     path = folder / "config.json"
     cfg = json.loads(path.read_text())
     cfg.update(architectures=["InternS1ForConditionalGeneration"], model_type="interns1",

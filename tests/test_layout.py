@@ -706,8 +706,11 @@ def test_interns1_text_routing_as_qwen3_moe_and_a_dense_text_model_refused():
     with pytest.raises(LayoutError, match=r"mlp_only_layers=\[0\]"):
         layout_from_hf_config({**cfg, "text_config": {**text, "mlp_only_layers": [0]}})
     mini = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 36}
-    with pytest.raises(LayoutError, match="text model 'qwen3'.*no routers"):
+    with pytest.raises(LayoutError, match="not Qwen3-MoE's .model type read: 'qwen3'.*no routers"):
         layout_from_hf_config({**cfg, "text_config": mini})
+    # a text_config naming no model type is Qwen2's to the release's config class (dense): refused, not read as MoE
+    with pytest.raises(LayoutError, match="not Qwen3-MoE's.*no routers"):
+        layout_from_hf_config({**cfg, "text_config": {k: v for k, v in text.items() if k != "model_type"}})
 
 
 def test_ernie_moe_layer_range_dense_mtp_and_interval_refused():

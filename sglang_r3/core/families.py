@@ -872,10 +872,10 @@ def _interns1(v, arch) -> Stack:
     Qwen3MoeForCausalLM for Intern-S1 (Qwen3-MoE's layers: every layer MoE), a dense Qwen2 / Qwen3 for
     Intern-S1-mini (no routers: nothing to replay). The vision tower's tokens reach the rows as tokens of the
     same layers."""
-    if v.model_type != "qwen3_moe":
+    if v.model_type != "qwen3_moe":  # a text_config without model_type is Qwen2's to its config class
         raise RuleError(
-            f"{arch}: text model {v.model_type or 'unknown'!r}: interns1.py builds a dense Qwen2 / Qwen3 language "
-            f"model for it (Intern-S1-mini), which has no routers to replay; refusing")
+            f"{arch}: its text_config is not Qwen3-MoE's (model type read: {v.model_type!r}): interns1.py builds a "
+            f"dense Qwen2 / Qwen3 language model for it (Intern-S1-mini), which has no routers to replay; refusing")
     return _qwen_moe(v, arch)
 
 
@@ -1307,8 +1307,7 @@ FAMILIES: Tuple[Family, ...] = (
     Family("LongCat-Flash", {"LongcatFlashForCausalLM": "longcat_flash"}, refusal=_ZERO_EXPERTS, mtp=MTP_NEXTN),
     # Intern-S1: its config class is the checkpoint's own code (model_type interns1: transformers' InternVLConfig
     # renamed), its text_config Qwen3-MoE's.
-    Family("Intern-S1", {"InternS1ForConditionalGeneration": "interns1"}, {"qwen3_moe": _QWEN3_MOE}, _interns1,
-           text_model_types={"interns1": "qwen3_moe"}),
+    Family("Intern-S1", {"InternS1ForConditionalGeneration": "interns1"}, {"qwen3_moe": _QWEN3_MOE}, _interns1),
     Family("Intern-S1-Pro", {"InternS1ProForConditionalGeneration": ""}, refusal=_INTERNS1_PRO_REFUSAL),
     Family("Inkling", {"InklingForConditionalGeneration": "inkling_mm_model",
                        "InklingForConditionalGenerationMTP": "inkling_mm_model"},
