@@ -434,7 +434,8 @@ def build_sglang(arch: str, cfg, draft: bool = False):
         if hasattr(cfg, "text_config"):
             adjust_tp_num_heads_if_necessary(cfg.text_config, 1, is_post_update=True)
     cls = ModelRegistry.models[arch]
-    with torch.device("cpu" if arch in BUILT_ON_CPU else "meta"), (draft_model_build_scope() if draft else contextlib.nullcontext()):
+    device = "cpu" if arch in BUILT_ON_CPU else "meta"
+    with torch.device(device), (draft_model_build_scope() if draft else contextlib.nullcontext()):
         return cls(config=cfg, quant_config=None)
 
 

@@ -28,9 +28,9 @@ passes the embedding on and its layer adds little, so the draft guesses close to
 MiniMax-M2 (sigmoid scores with a selection bias, q/k RMS norm over the whole attention width, partial RoPE from
 ``rotary_dim``): its q/k norm's two Triton kernels assert CUDA tensors, so the CPU runtime runs them in torch
 (sglang_r3/serving/patches/cpu/minimax_m2.py, checked against transformers' norm in tests/test_cpu_minimax_m2.py).
-GLM-4.5V, Qwen3.5-MoE, Qwen3-VL-MoE, Kimi-K2.5 and Intern-S1 with an image in the prompt (the tokenizer carries the releases' vision
-tokens, the processor runs on CPU): the image's tokens pass through the MoE layers like text, and their rows, ours and upstream's,
-are transformers' router top-k over the pixels the checkpoint's own processor made
+GLM-4.5V, Qwen3.5-MoE, Qwen3-VL-MoE, Kimi-K2.5 and Intern-S1 with an image in the prompt (the tokenizer carries the
+releases' vision tokens, the processor runs on CPU): the image's tokens pass through the MoE layers like text, and their rows, ours and upstream's,
+are transformers' router top-k over the pixels the checkpoint's own processor made (Intern-S1's: SGLang's own)
 (``test_image_prompt_rows_are_transformers_router_topk``; GLM-4.5V's merger norm at SGLang's eps: ``SGLANG_NORM_EPS``). A Qwen3.5 vision config without
 ``deepstack_visual_indexes`` (transformers' own save) is refused at start-up: SGLang defaults it to Qwen3-VL's
 [8, 16, 24], and the first image prompt stopped its scheduler (tests/test_startup_refusals.py).
