@@ -136,6 +136,9 @@ class Family:
     post_init: Optional[Callable[[Any], None]] = None
     # Environment the family's servers run with (SGLang settings read from the environment, e.g. a state dtype).
     server_env: Dict[str, str] = field(default_factory=dict)
+    # The architecture the checkpoint names where transformers has no class for it and ``model_class`` is another
+    # architecture's that computes the same (Ling 2.0 as GLM-4.5: AS_TRANSFORMERS); "" : model_class's own.
+    published_as: str = ""
 
 
 _LLAMA4_TEXT = dict(_TINY, head_dim=16, intermediate_size=32, intermediate_size_mlp=128, num_hidden_layers=4,
@@ -547,6 +550,25 @@ FAMILIES: Dict[str, Family] = {
         router_std=0.4,  # sigmoid scores off saturation (one group), as Kimi-K2.5's
         qk_scale=8.0,  # scores that depend on positions (see Family.qk_scale)
     ),
+    # Ling / Ring 2.0 (BailingMoeV2ForCausalLM) as inclusionAI/Ling-mini-2.0 publishes it: GQA through one
+    # query_key_value projection, QK norm, RoPE over half of each head; layer 0 dense; sigmoid scores over an expert
+    # bias with grouped top-k (4 groups, best 2), renormalised, scaled 2.5; one shared expert; one NextN MTP layer.
+    # transformers has no class for it and its modeling code is the release's own (inclusionAI/Ling-V2 af8837e
+    # models/modeling_bailing_moe_v2.py), whose math is transformers' GLM-4.5 (Glm4MoeForCausalLM) under other names:
+    # so the checkpoint is saved by Glm4MoeForCausalLM and rewritten to the release's names and config
+    # (_bailing_as_published: model_type bailing_moe, auto_map to a stand-in for its config code), and the oracle
+    # reads it back as GLM-4.5's (_bailing_as_glm4_moe). Served with MTP speculation on and --trust-remote-code.
+    "bailing_moe_v2": Family(
+        "bailing_moe_v2", "Glm4MoeConfig", "Glm4MoeForCausalLM",
+        dict(_TINY, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3, n_routed_experts=8,
+             num_experts_per_tok=2, first_k_dense_replace=1, n_shared_experts=1, n_group=4, topk_group=2,
+             norm_topk_prob=True, routed_scaling_factor=2.5, head_dim=16, partial_rotary_factor=0.5, use_qk_norm=True,
+             attention_bias=False),
+        mtp_layers=1,
+        published_as="BailingMoeV2ForCausalLM",
+        hub_tensors=lambda folder: _bailing_as_published(folder),
+        router_std=0.4,  # sigmoid scores off saturation, as GLM-4.5's
+    ),
     # Kimi-K2.5 as the Hub ships it (moonshotai/Kimi-K2.5): DeepSeek-V3's text model (MLA, YaRN, sigmoid top-k with a
     # selection bias, one group as published, layer 0 dense, no MTP layers) under KimiK25ForConditionalGeneration
     # with a one-block MoonViT tower; text prompts. Built and saved by transformers' Kimi_K25ForConditionalGeneration,
@@ -688,6 +710,10 @@ FLIPPED: Dict[str, Dict[str, Any]] = {
     "glm4_moe": dict(attention_bias=True, use_qk_norm=True, routed_scaling_factor=2.5, n_group=4, topk_group=2,
                      norm_topk_prob=False, partial_rotary_factor=1.0, first_k_dense_replace=0),
     "qwen3_moe": dict(norm_topk_prob=False, attention_bias=True),
+    # Ling 2.0 in GLM-4.5's keys (written as use_qkv_bias, num_shared_experts, ...: _bailing_as_published); the keys
+    # on which SGLang and the release's code compute otherwise are refused instead (tests/test_layout.py).
+    "bailing_moe_v2": dict(attention_bias=True, use_qk_norm=False, n_group=1, topk_group=1, partial_rotary_factor=1.0,
+                           n_shared_experts=2, first_k_dense_replace=0, routed_scaling_factor=1.0),
     "qwen2_moe": dict(norm_topk_prob=True, qkv_bias=False),
     "glm4_moe_lite": dict(norm_topk_prob=False, rope_scaling=None, n_group=4, topk_group=2, routed_scaling_factor=1.0,
                           rope_interleave=False, qk_nope_head_dim=24, v_head_dim=8),
@@ -889,10 +915,9 @@ def _joyai_llm_flash_as_published(folder: Path) -> None:
     it); the architecture and tensors stay DeepSeek-V3's."""
     path = folder / "config.json"
     cfg = json.loads(path.read_text())
-    cfg.update(model_type="joyai_llm_flash",
-               auto_map={"AutoConfig": "configuration_joyai_llm_flash.JoyAILLMFlashConfig"})
+    cfg["model_type"] = "joyai_llm_flash"
+    STAND_INS["joyai_llm_flash"].carry(folder, cfg)
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
-    shutil.copy(Path(__file__).parent / "checkpoints" / "configuration_joyai_llm_flash.py", folder)
 
 
 # transformers 5.19's save of InternVLForConditionalGeneration (its conversion mapping reversed: the InternVL-hf
@@ -910,12 +935,106 @@ def _interns1_as_published(folder: Path) -> None:
     _rename_tensors(folder, _INTERNS1_HUB_NAMES)
     path = folder / "config.json"
     cfg = json.loads(path.read_text())
-    cfg.update(architectures=["InternS1ForConditionalGeneration"], model_type="interns1",
-               auto_map={"AutoConfig": "configuration_interns1.InternS1Config"})
+    cfg.update(architectures=["InternS1ForConditionalGeneration"], model_type="interns1")
+    STAND_INS["interns1"].carry(folder, cfg)
     cfg["text_config"]["architectures"] = ["Qwen3MoeForCausalLM"]
     cfg["vision_config"].update(model_type="interns1_vision", dropout=0.0, drop_path_rate=0.0, initializer_factor=0.1)
     path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
-    shutil.copy(Path(__file__).parent / "checkpoints" / "configuration_interns1.py", folder)
+
+
+# GLM-4.5's tensor names (transformers 5.19's save) -> Ling 2.0's (the release's modeling code; SGLang's bailing_moe.py
+# load_weights): q/k/v_proj are fused into query_key_value ([q heads; k heads; v heads] rows), the NextN layer's
+# shared_head.norm is its final_layernorm, and its own head and embedding are not stored (the release's MTP layer
+# uses the model's).
+_BAILING_NAMES = {"model.embed_tokens.": "model.word_embeddings.", ".self_attn.o_proj.": ".attention.dense.",
+                  ".self_attn.q_norm.": ".attention.query_layernorm.",
+                  ".self_attn.k_norm.": ".attention.key_layernorm.",
+                  ".mlp.gate.e_score_correction_bias": ".mlp.gate.expert_bias",
+                  ".shared_head.norm.": ".final_layernorm."}
+_BAILING_QKV = (".self_attn.q_proj.", ".self_attn.k_proj.", ".self_attn.v_proj.")
+# Ling 2.0's config keys -> GLM-4.5's, where they differ; the keys both spell alike, read as they are.
+_BAILING_KEYS = {"num_experts": "n_routed_experts", "num_shared_experts": "n_shared_experts",
+                 "use_qkv_bias": "attention_bias"}
+_BAILING_SAME_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                      "num_key_value_heads", "head_dim", "hidden_act", "rms_norm_eps", "max_position_embeddings",
+                      "partial_rotary_factor", "use_qk_norm", "num_experts_per_tok", "n_group", "topk_group",
+                      "moe_intermediate_size", "first_k_dense_replace", "norm_topk_prob", "routed_scaling_factor",
+                      "num_nextn_predict_layers", "tie_word_embeddings", "eos_token_id", "pad_token_id",
+                      "bos_token_id")
+
+
+def _rewrite(name: str, table: Dict[str, str]) -> str:
+    for old, new in table.items():
+        if old in name:
+            return name.replace(old, new)
+    return name
+
+
+def _bailing_as_published(folder: Path) -> None:
+    """Tensors and config.json as Ling 2.0 ships them (from transformers' GLM-4.5 save, _BAILING_NAMES)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    (shard,) = folder.glob("*.safetensors")
+    tensors = load_file(str(shard))
+    out = {}
+    for k, t in tensors.items():
+        if k.endswith(".shared_head.head.weight") or (k.startswith("model.layers.") and ".embed_tokens." in k):
+            continue  # the NextN layer's own head and embedding: the release's MTP layer uses the model's
+        if _BAILING_QKV[0] in k:
+            parts = [tensors[k.replace(_BAILING_QKV[0], p)] for p in _BAILING_QKV]
+            out[k.replace(_BAILING_QKV[0], ".attention.query_key_value.")] = torch.cat(parts)
+        elif not any(p in k for p in _BAILING_QKV):
+            out[_rewrite(k, _BAILING_NAMES)] = t
+    save_file(out, str(shard), metadata={"format": "pt"})
+    path = folder / "config.json"
+    glm = json.loads(path.read_text())
+    cfg = {k: glm[k] for k in _BAILING_SAME_KEYS}
+    cfg.update({k: glm[g] for k, g in _BAILING_KEYS.items()})
+    cfg.update(architectures=["BailingMoeV2ForCausalLM"], model_type="bailing_moe", torch_dtype="float32",
+               rope_theta=glm["rope_parameters"]["rope_theta"], rope_scaling=None, use_bias=False,
+               score_function="sigmoid", moe_router_enable_expert_bias=True, router_dtype="fp32",
+               moe_shared_expert_intermediate_size=glm["moe_intermediate_size"], embedding_dropout=0.0,
+               attention_dropout=0.0, output_dropout=0.0)
+    STAND_INS["bailing_moe"].carry(folder, cfg)
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+
+
+def _bailing_as_glm4_moe(path: Path) -> Path:
+    """The oracle's copy of a Ling 2.0 checkpoint: its tensors and config under GLM-4.5's names (the inverse of
+    _bailing_as_published; query_key_value split by the config's heads), beside it, written once."""
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    out = path.with_name(path.name + ".as-glm4_moe")
+    if (out / "config.json").is_file():
+        return out
+    cfg = json.loads((path / "config.json").read_text())
+    glm = {k: cfg[k] for k in _BAILING_SAME_KEYS}
+    glm.update({g: cfg[k] for k, g in _BAILING_KEYS.items()})
+    glm.update(rope_parameters={"rope_type": "default", "rope_theta": cfg["rope_theta"],
+                                "partial_rotary_factor": cfg["partial_rotary_factor"]})
+    config = transformers.Glm4MoeConfig(**glm)
+    q, kv = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
+    back = {v: k for k, v in _BAILING_NAMES.items()}
+    tensors = {}
+    for shard in path.glob("*.safetensors"):
+        for k, t in load_file(str(shard)).items():
+            if k.startswith(f"model.layers.{config.num_hidden_layers}."):
+                continue  # the NextN layer: transformers' GLM-4.5 builds none
+            if ".attention.query_key_value." in k:
+                for part, piece in zip(_BAILING_QKV, t.split([q, kv, kv])):
+                    tensors[k.replace(".attention.query_key_value.", part)] = piece.contiguous()
+            else:
+                tensors[_rewrite(k, back)] = t
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    config.save_pretrained(str(tmp))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
 
 
 # Block names transformers 5.19 saves (layers_block_type) -> hybrid_override_pattern's characters.
@@ -1197,12 +1316,61 @@ def _transpose_fused_experts(folder: Path) -> None:
 # The Hub's architecture name -> transformers' class, where they differ.
 TRANSFORMERS_CLASS = {"KimiK25ForConditionalGeneration": "Kimi_K25ForConditionalGeneration",
                       "InternS1ForConditionalGeneration": "InternVLForConditionalGeneration"}
+# Architectures transformers has no class for, whose math is another class's under other names (Family.published_as):
+# architecture -> (that class, checkpoint folder -> a copy under its names, which the oracle loads).
+AS_TRANSFORMERS: Dict[str, tuple] = {
+    "BailingMoeV2ForCausalLM": ("Glm4MoeForCausalLM", lambda p: _bailing_as_glm4_moe(p)),
+}
 
 
-# Model types whose config class is a release's own code (a stand-in in the checkpoint) -> the transformers model type
-# whose class it renames. transformers picks its weight conversions by model type (DeepSeek-V3's fuses the experts
-# stored one by one): read under the release's name, the experts would be left at their initial values.
-RENAMED_MODEL_TYPES = {"joyai_llm_flash": "deepseek_v3"}
+# The published spelling of a family's config keys where its checkpoint renames transformers' (Family.published_as).
+PUBLISHED_KEYS: Dict[str, Dict[str, str]] = {"bailing_moe_v2": {g: k for k, g in _BAILING_KEYS.items()}}
+
+
+def architecture_of(family: Family) -> str:
+    """The architecture a family's checkpoint names (config.json ``architectures``)."""
+    if family.published_as:
+        return family.published_as
+    return {cls: arch for arch, cls in TRANSFORMERS_CLASS.items()}.get(family.model_class, family.model_class)
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """A release's config class that is its own code (served with --trust-remote-code), which a host without the
+    Hub cannot fetch: the STAND-IN the tests' checkpoints carry (tests/checkpoints/<module>.py, copied beside
+    config.json, auto_map to it) and the transformers model type whose classes it renames."""
+
+    module: str
+    config_class: str
+    renames: Optional[str]  # None: a class of its own (the oracle reads the checkpoint another way)
+
+    @property
+    def source(self) -> Path:
+        return Path(__file__).parent / "checkpoints" / f"{self.module}.py"
+
+    def load(self):
+        """The stand-in class, as --trust-remote-code imports it (the sweep's module-tree build uses it)."""
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(self.module, self.source)
+        code = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(code)
+        return getattr(code, self.config_class)
+
+    def carry(self, folder: Path, cfg: Dict[str, Any]) -> None:
+        """config.json's auto_map to the stand-in, and its file beside it, as the release ships its own."""
+        cfg["auto_map"] = {"AutoConfig": f"{self.module}.{self.config_class}"}
+        shutil.copy(self.source, folder)
+
+
+# model_type -> its stand-in. transformers picks its weight conversions by model type (DeepSeek-V3's fuses the experts
+# stored one by one): the oracle reads these checkpoints under the type renamed (load_transformers), since under the
+# release's name JoyAI-LLM-Flash's experts were left at their initial values.
+STAND_INS: Dict[str, StandIn] = {
+    "interns1": StandIn("configuration_interns1", "InternS1Config", "internvl"),
+    "joyai_llm_flash": StandIn("configuration_joyai_llm_flash", "JoyAILLMFlashConfig", "deepseek_v3"),
+    "bailing_moe": StandIn("configuration_bailing_moe_v2", "BailingMoeV2Config", None),
+}
 
 
 def load_transformers(path: Path):
@@ -1211,11 +1379,16 @@ def load_transformers(path: Path):
 
     saved = json.loads((path / "config.json").read_text())
     (arch,) = saved["architectures"]
+    if arch in AS_TRANSFORMERS:
+        arch, as_transformers = AS_TRANSFORMERS[arch]
+        path = as_transformers(path)
+        saved = json.loads((path / "config.json").read_text())
     cls = getattr(transformers, TRANSFORMERS_CLASS.get(arch, arch))
     kwargs = {}
-    if saved.get("model_type") in RENAMED_MODEL_TYPES:
+    stand_in = STAND_INS.get(saved.get("model_type"))
+    if stand_in is not None and stand_in.renames:
         fields = {k: v for k, v in saved.items() if k != "auto_map"}
-        kwargs["config"] = cls.config_class(**{**fields, "model_type": RENAMED_MODEL_TYPES[saved["model_type"]]})
+        kwargs["config"] = cls.config_class(**{**fields, "model_type": stand_in.renames})
     model = cls.from_pretrained(str(path), dtype=torch.float32, **kwargs)
     return model.eval()
 
@@ -1439,6 +1612,9 @@ SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": 
                               "interns1": ("interns1", ["--trust-remote-code"]),
                               # JoyAI-LLM-Flash: likewise (a stand-in for it)
                               "joyai_llm_flash": ("joyai_llm_flash", ["--trust-remote-code"]),
+                              # Ling 2.0: its config class is the checkpoint's own code (a stand-in); MTP speculation
+                              # on (its NextN layer drafting)
+                              "bailing_moe_v2": ("bailing_moe_v2", MTP_FLAGS + ["--trust-remote-code"]),
                               # ERNIE-4.5: one server, MTP speculation on (its dense MTP layer drafts)
                               "ernie4_5_moe": ("ernie4_5_moe", MTP_FLAGS),
                               # the hybrid (linear-attention) families: a bounded state pool, and MTP speculation

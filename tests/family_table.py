@@ -203,6 +203,10 @@ LAYOUT: Dict[str, str] = {
     "Kimi-K2.5 (text)": "text model as DeepSeek-V3: first `first_k_dense_replace` dense; no MTP layers (as published)",
     "Intern-S1": "text model as Qwen3-MoE: every layer MoE; a dense text model (Intern-S1-mini's Qwen3) refused: "
                  "no routers",
+    "Ling / Ring 2.0 (Bailing-MoE V2)": "first `first_k_dense_replace` dense, NextN MTP (one); keys on which SGLang's "
+                                        "bailing_moe.py and the release's code compute otherwise refused "
+                                        "(`norm_topk_prob` false, `router_dtype` not fp32, `use_bias`, `norm_head`, "
+                                        "softmax or no expert bias, a shared-expert width of its own)",
     "ERNIE-4.5-MoE": "MoE from `moe_layer_start_index` to `moe_layer_end_index`, dense MTP; `moe_layer_interval` ≠ 1 "
                      "and `use_bias` refused",
     "LFM2-MoE": "first `num_dense_layers` dense",
@@ -224,25 +228,30 @@ def _link(s: Script) -> str:
 def _proof(arch: str) -> str:
     """How ``arch`` is proven, from the tests that prove it; '' when it has no rule."""
     from sglang_r3.core.families import SUPPORTED_ARCHITECTURES
-    from tests.families import (FAMILIES, FLIPPED, IMAGE_FAMILIES, MTP_FLAGS, RENAMED_MODEL_TYPES, SERVERS,
-                                SGLANG_NORM_EPS, TRANSFORMERS_CLASS)
+    from tests.families import (FAMILIES, FLIPPED, IMAGE_FAMILIES, MTP_FLAGS, SERVERS, SGLANG_NORM_EPS,
+                                PUBLISHED_KEYS, STAND_INS, architecture_of)
 
     if arch not in SUPPORTED_ARCHITECTURES:
         return ""
     parts = []
     for name, fam in FAMILIES.items():
-        if fam.model_class != TRANSFORMERS_CLASS.get(arch, arch):
+        if architecture_of(fam) != arch:
             continue
         if fam.not_served:
             parts.append(f"not served (`{name}`): {NOT_SERVED_WHY[name]}")
             continue
         spec_on = any(f == name and MTP_FLAGS[0] in extra for f, extra in SERVERS.values())
-        flipped = FLIPPED.get(name[: -len("_flipped")]) if name.endswith("_flipped") else None
+        base = name[: -len("_flipped")] if name.endswith("_flipped") else name
+        flipped = FLIPPED.get(base) if name.endswith("_flipped") else None
+        spelled = PUBLISHED_KEYS.get(base, {})
         parts.append(f"served forward = transformers' router top-k (`tests/test_families.py` `{name}`"
-                     + (": " + ", ".join(f"`{k}`" for k in flipped) + " the other way" if flipped else "")
+                     + (f", read as transformers' `{fam.model_class}`, which computes what the release's code does"
+                        if fam.published_as else "")
+                     + (": " + ", ".join(f"`{spelled.get(k, k)}`" for k in flipped) + " the other way" if flipped
+                        else "")
                      + (", MTP speculation on = off" if spec_on else "")
                      + (", text prompts and with an image" if name in IMAGE_FAMILIES else "")
-                     + (f", under model_type `{name}` (its config class a stand-in)" if name in RENAMED_MODEL_TYPES
+                     + (f", under model_type `{name}` (its config class a stand-in)" if name in STAND_INS
                         else "")
                      + ("; transformers at SGLang's eps for " + ", ".join(f"`{m}`" for m in SGLANG_NORM_EPS[name])
                         + ", which SGLang builds otherwise: `SGLANG_NORM_EPS`" if name in SGLANG_NORM_EPS else "") + ")")

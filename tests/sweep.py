@@ -278,7 +278,7 @@ SPECS: Dict[str, tuple] = {
     "NemotronHForCausalLM": ("nemotron_h", dict(_NEMOTRON_H, hybrid_override_pattern="ME*EM-E", num_hidden_layers=7)),
     # Intern-S1: Qwen3-MoE's text model (its architecture named in text_config, as internlm/Intern-S1 publishes it,
     # interns1.py picks its language model by it) and a one-layer InternViT tower with the vision keys SGLang reads;
-    # its config class is the release's own code (here the stand-in, STAND_IN_CONFIGS).
+    # its config class is the release's own code (here the stand-in, tests/families.py STAND_INS).
     "InternS1ForConditionalGeneration": ("interns1", dict(
         text_config=dict(_T, model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], intermediate_size=128,
                          moe_intermediate_size=32, num_hidden_layers=2, num_experts=8, num_experts_per_tok=2,
@@ -287,6 +287,15 @@ SPECS: Dict[str, tuple] = {
                            image_size=[28, 28], patch_size=[14, 14], dropout=0.0, drop_path_rate=0.0,
                            initializer_factor=0.1),
         tie_word_embeddings=False)),
+    # Ling / Ring 2.0: the keys inclusionAI/Ling-mini-2.0 publishes (model_type bailing_moe, sigmoid router over an
+    # expert bias in float32, grouped top-k, one shared expert, half RoPE, QK norm, one NextN layer); its config class
+    # is the release's own code (here the stand-in, tests/families.py STAND_INS).
+    "BailingMoeV2ForCausalLM": ("bailing_moe", dict(
+        _T, intermediate_size=128, moe_intermediate_size=32, moe_shared_expert_intermediate_size=32,
+        num_hidden_layers=4, num_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, first_k_dense_replace=2,
+        num_shared_experts=1, norm_topk_prob=True, score_function="sigmoid", moe_router_enable_expert_bias=True,
+        router_dtype="fp32", routed_scaling_factor=2.5, partial_rotary_factor=0.5, use_qk_norm=True,
+        use_qkv_bias=False, use_bias=False, num_nextn_predict_layers=1)),
     "MiMoForCausalLM": ("qwen2", dict(_T, intermediate_size=64, num_hidden_layers=2, num_nextn_predict_layers=1)),
 }
 # Where SGLang builds its own config class and transformers' differently-spelled one is not read as the same model
@@ -393,22 +402,11 @@ def config_object(arch: str, model_type: str, values: Dict[str, Any]):
     return cfg
 
 
-# Config classes that are a release's own code (loaded with --trust-remote-code), which a host without the Hub cannot
-# fetch: model_type -> the stand-in the tests' checkpoints carry (tests/checkpoints/), and the transformers model type
-# whose class it renames (the module tree compared).
-STAND_IN_CONFIGS: Dict[str, tuple] = {"interns1": ("configuration_interns1", "InternS1Config", "internvl")}
-
-
 def _stand_in_config(model_type: str):
-    if model_type not in STAND_IN_CONFIGS:
-        return None
-    import importlib.util
+    """The stand-in for a release's own config class (tests/families.py STAND_INS), else None."""
+    from tests.families import STAND_INS
 
-    module, name, _ = STAND_IN_CONFIGS[model_type]
-    spec = importlib.util.spec_from_file_location(module, Path(__file__).parent / "checkpoints" / f"{module}.py")
-    code = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(code)
-    return getattr(code, name)
+    return STAND_INS[model_type].load() if model_type in STAND_INS else None
 
 
 # Architectures whose build reads a tensor's value (which the meta device has none of): built on the CPU, tiny.
@@ -456,9 +454,10 @@ def transformers_config(arch: str, model_type: str, values: Dict[str, Any]):
     """transformers' own config class for this model type built from the values (None: it has none)."""
     import transformers
 
+    from tests.families import STAND_INS
+
     try:
-        cls = transformers.CONFIG_MAPPING[STAND_IN_CONFIGS[model_type][2] if model_type in STAND_IN_CONFIGS
-                                          else model_type]
+        cls = transformers.CONFIG_MAPPING[STAND_INS[model_type].renames if model_type in STAND_INS else model_type]
     except KeyError:
         return None
     cfg = cls(**copy.deepcopy(values))
@@ -705,13 +704,12 @@ def sweep(only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
 def served_forwards() -> Dict[str, str]:
     """architecture -> its served-forward oracle in tests/test_families.py (a tiny checkpoint saved by transformers'
     class, served on the CPU runtime, rows = transformers' router top-k)."""
-    from tests.families import FAMILIES, TRANSFORMERS_CLASS
+    from tests.families import FAMILIES, architecture_of
 
-    hub = {cls: arch for arch, cls in TRANSFORMERS_CLASS.items()}
     out: Dict[str, str] = {}
     for f in FAMILIES.values():
         if not f.not_served:
-            arch = hub.get(f.model_class, f.model_class)
+            arch = architecture_of(f)
             out[arch] = f"{out[arch]}, {f.name}" if arch in out else f.name
     return out
 

@@ -34,10 +34,18 @@ def _load(name):
 
 
 def _sglang_config(tmp_path, cfg, sub="m"):
+    """What SGLang's loader builds from this config.json; a model type whose class is a release's own code
+    (tests/families.py STAND_INS) with that code beside it (its stand-in), as --trust-remote-code loads it."""
+    from tests.families import STAND_INS
+
     d = tmp_path / sub
     d.mkdir()
+    stand_in = STAND_INS.get(cfg.get("model_type"))
+    if stand_in is not None:
+        cfg = dict(cfg)
+        stand_in.carry(d, cfg)
     (d / "config.json").write_text(json.dumps(cfg))
-    return get_config(str(d), trust_remote_code=False)
+    return get_config(str(d), trust_remote_code=stand_in is not None)
 
 
 def _saved(tmp_path, obj, sub="saved"):
@@ -47,7 +55,12 @@ def _saved(tmp_path, obj, sub="saved"):
 
 
 def _config_class(model_type):
-    """The class SGLang instantiates for a model type: its own registry first, then transformers'."""
+    """The class SGLang instantiates for a model type: its own registry first, then transformers', else the release's
+    own (its stand-in)."""
+    from tests.families import STAND_INS
+
+    if model_type in STAND_INS and model_type not in transformers.CONFIG_MAPPING:
+        return STAND_INS[model_type].load()
     return hf_common._CONFIG_REGISTRY.get(model_type) or transformers.CONFIG_MAPPING[model_type]
 
 
@@ -60,9 +73,9 @@ def _field_defaults(cls):
             elif f.default_factory is not dataclasses.MISSING:
                 out[f.name] = f.default_factory()
         return out
-    out = {}  # SGLang's own classes: keyword defaults of their __init__ chain
+    out = {}  # SGLang's own classes and a release's (its stand-in): keyword defaults of their __init__ chain
     for c in reversed(cls.__mro__):
-        if "__init__" in c.__dict__ and c.__module__.startswith("sglang"):
+        if "__init__" in c.__dict__ and not c.__module__.startswith("transformers"):
             for n, p in inspect.signature(c.__init__).parameters.items():
                 if p.default is not inspect.Parameter.empty:
                     out[n] = p.default

@@ -46,8 +46,16 @@ JoyAI-LLM-Flash (Miles trains it): a ``DeepseekV3ForCausalLM`` under its own ``m
 config class is the release's code, not read here (a stand-in: tests/checkpoints/configuration_joyai_llm_flash.py),
 served with ``--trust-remote-code``; keys as the script's Megatron shapes (one expert group, q LoRA, RoPE base 3.2e7, no
 MTP layers). transformers picks its weight conversions by model type, so the oracle reads the checkpoint as
-DeepSeek-V3's (``RENAMED_MODEL_TYPES``); under the release's name it left the experts at their initial values and 3 of
+DeepSeek-V3's (``STAND_INS``); under the release's name it left the experts at their initial values and 3 of
 106 pairs differed.
+Ling / Ring 2.0 (``BailingMoeV2ForCausalLM``, one NextN layer, served with MTP speculation on): transformers has no
+class for it; the release's modeling code (inclusionAI/Ling-V2) computes what transformers' GLM-4.5 computes under
+other names (checked once: its router top-k equal GLM-4.5's on 120 of 120 pairs, logits within 2e-7). So the checkpoint
+is saved by ``Glm4MoeForCausalLM``, rewritten to the release's names and config (``model_type: bailing_moe``, a
+stand-in for its config code: tests/checkpoints/configuration_bailing_moe_v2.py), served with ``--trust-remote-code``,
+and read back as GLM-4.5's by the oracle (``AS_TRANSFORMERS``). Served first, 6 of 106 pairs differed: on the CPU
+runtime its MoE block never applied the routed scaling factor (2.5) it leaves to the CUDA Triton runner; the CPU
+runtime now applies it (sglang_r3/serving/patches/cpu/bailing_moe.py).
 Intern-S1 (``InternS1ForConditionalGeneration``, one-layer InternViT tower, text prompts and with an image): its
 remote code is transformers' InternVL under its own names over Qwen3-MoE's text model (SGLang's interns1.py builds
 qwen3_moe.py's model by ``text_config.architectures``), saved by transformers' ``InternVLForConditionalGeneration``
@@ -347,9 +355,21 @@ def _assert_router_topk(what, trace, got, want):
     wrong = [m for m in mismatch if m not in ties]
     assert not wrong and len(ties) <= NEAR_TIES_PER_RESPONSE, (
         f"{what}: {len(mismatch)} of {got.shape[0] * got.shape[1]} (token, MoE layer) pairs differ from "
-        f"transformers, first at (token, layer column) {wrong[:5]}; near ties within {NEAR_TIE_LOGIT} of a logit "
-        f"({len(ties)}, at most {NEAR_TIES_PER_RESPONSE} allowed): {ties[:5]}"
+        f"transformers, first at (token, layer column) {wrong[:5]} (ours {[got[m].tolist() for m in wrong[:5]]}, "
+        f"transformers' {[want[m].tolist() for m in wrong[:5]]}; the logit move that makes transformers pick ours: "
+        f"{[_move_to_pick(trace, t, c, got[t, c]) for t, c in wrong[:5]]}); near ties within {NEAR_TIE_LOGIT} of a "
+        f"logit ({len(ties)}, at most {NEAR_TIES_PER_RESPONSE} allowed): {ties[:5]}"
     )
+
+
+def _move_to_pick(trace, token, column, chosen) -> str:
+    """For a failure message: the least of a ladder of logit moves past which transformers' router picks
+    ``chosen``. float32's own error is far below the first rung (GLM-4.7-Flash's test checkpoint: router logits
+    within 2e-6 of float64's over 60 tokens); a wrong row takes whole logits."""
+    for delta in (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0):
+        if trace.near_tie(column, token, chosen, delta=delta):
+            return f"<= {delta:g}"
+    return "> 10 (or a router near_tie cannot move)"
 
 
 @pytest.mark.fast  # transformers only
@@ -586,7 +606,7 @@ def test_the_joyai_checkpoint_names_its_own_model_type_and_the_oracle_reads_ever
     # JoyAI-LLM-Flash's config.json names model_type joyai_llm_flash (its config class the checkpoint's own: the
     # stand-in) over DeepseekV3ForCausalLM. transformers picks its weight conversions by model type: read under that
     # name it leaves the experts (stored one by one) at their initial values, so the oracle reads it as DeepSeek-V3's
-    # (RENAMED_MODEL_TYPES), which loads every tensor.
+    # (STAND_INS), which loads every tensor.
     import torch
     import transformers
 
@@ -604,6 +624,38 @@ def test_the_joyai_checkpoint_names_its_own_model_type_and_the_oracle_reads_ever
     assert want.keys() == got.keys()
     for k, v in want.items():
         assert torch.equal(got[k], v), k
+
+
+@pytest.mark.fast  # transformers only
+def test_the_ling_2_checkpoint_has_the_releases_names_and_the_oracle_reads_every_tensor():
+    # Ling 2.0 as published: the module names of the release's modeling_bailing_moe_v2.py (BailingMoeV2Attention's
+    # query_key_value / dense / query_layernorm / key_layernorm, BailingMoeV2Gate's expert_bias, the NextN layer
+    # BailingMoeV2MTPLayer's enorm / hnorm / eh_proj / final_layernorm, no head or embedding of its own), none of
+    # GLM-4.5's; the oracle is GLM-4.5's class over the same tensors, every one of them read.
+    import torch
+    import transformers
+    from safetensors import safe_open
+
+    from tests.families import _bailing_as_glm4_moe
+
+    path = build(FAMILIES["bailing_moe_v2"])
+    config = json.loads((path / "config.json").read_text())
+    assert (config["model_type"], config["architectures"]) == ("bailing_moe", ["BailingMoeV2ForCausalLM"])
+    assert config["auto_map"] == {"AutoConfig": "configuration_bailing_moe_v2.BailingMoeV2Config"}
+    assert (path / "configuration_bailing_moe_v2.py").is_file()
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    L = config["num_hidden_layers"]
+    assert "model.word_embeddings.weight" in names and "lm_head.weight" in names
+    assert not [n for n in names if any(g in n for g in ("self_attn", "embed_tokens", "shared_head", "e_score"))]
+    for i in range(L + 1):
+        assert {f"model.layers.{i}.attention.{m}.weight" for m in ("query_key_value", "dense", "query_layernorm",
+                                                                    "key_layernorm")} <= names
+    assert f"model.layers.{L - 1}.mlp.gate.expert_bias" in names
+    assert {f"model.layers.{L}.{m}.weight" for m in ("enorm", "hnorm", "eh_proj", "final_layernorm")} <= names
+    _, info = transformers.Glm4MoeForCausalLM.from_pretrained(str(_bailing_as_glm4_moe(path)), dtype=torch.float32,
+                                                              output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
 
 
 @pytest.mark.sglang  # SGLang's module built in a fresh process, as the sweep builds it
@@ -740,15 +792,18 @@ def test_hybrid_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged
         _check_spec_outputs(trace, layout, prompts, outs)
 
 
-@pytest.mark.parametrize("served", ["glm4_moe_lite"], indirect=True)
-def test_glm47_flash_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged(served, oracles):
-    # GLM-4.7-Flash is served once, with NextN speculation on (tests/families.py SERVERS): its main rows must be
-    # what transformers routes with no speculation at all (greedy and sampled), upstream's routed_experts too,
-    # and the draft's routing sits in the MTP section at depth 1.
-    url = served.url
-    trace = oracles("glm4_moe_lite")
+@pytest.mark.parametrize("served", ["glm4_moe_lite", "bailing_moe_v2"], indirect=True)
+def test_nextn_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged(served, oracles):
+    # GLM-4.7-Flash and Ling 2.0 are served once, with NextN speculation on (tests/families.py SERVERS): their main
+    # rows must be what transformers routes with no speculation at all (greedy and sampled), upstream's
+    # routed_experts too, and the draft's routing sits in the MTP section at depth 1 (Ling 2.0's NextN MoE block is
+    # built as layer 0: bailing_moe_nextn.py).
+    name = served.family
+    url, trace = served.urls[name], oracles(name)
     layout = fetch_layout(url)
-    assert [(l.id, l.num_experts, l.topk) for l in layout.mtp_layers] == [(3, 8, 2)]
+    config = trace.model.config
+    assert [(l.id, l.num_experts, l.topk) for l in layout.mtp_layers] == [
+        (config.num_hidden_layers, *FAMILIES[name].experts_topk(config))]
     prompts = [list(p.encode()) for p in PROMPTS]
     for mode in sorted(SAMPLING):
         outs = generate(url, input_ids=prompts, return_routing={"mtp": True}, return_routed_experts=True,

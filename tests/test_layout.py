@@ -764,3 +764,39 @@ def test_granite_lfm2_afmoe_layouts():
 def test_families_refused_with_a_specific_reason(arch, words):
     with pytest.raises(LayoutError, match=rf"'{arch}'.*{words}"):
         layout_from_hf_config({"architectures": [arch], "num_hidden_layers": 2})
+
+
+# inclusionAI/Ling-mini-2.0's keys (the published config.json as SGLang's own tests shrink it, full size here).
+_LING_MINI_2 = {"architectures": ["BailingMoeV2ForCausalLM"], "model_type": "bailing_moe", "num_hidden_layers": 20,
+                "num_experts": 256, "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4,
+                "first_k_dense_replace": 1, "num_shared_experts": 1, "moe_intermediate_size": 512,
+                "moe_shared_expert_intermediate_size": 512, "norm_topk_prob": True, "score_function": "sigmoid",
+                "moe_router_enable_expert_bias": True, "router_dtype": "fp32", "routed_scaling_factor": 2.5,
+                "partial_rotary_factor": 0.5, "use_qk_norm": True, "use_qkv_bias": False, "use_bias": False,
+                "head_dim": 128, "num_nextn_predict_layers": 1}
+
+
+def test_ling_2_layout_and_the_keys_on_which_sglang_and_the_release_compute_otherwise():
+    layout = layout_from_hf_config(_LING_MINI_2)
+    assert layout.moe_layer_ids == tuple(range(1, 20)) and (layout.num_experts, layout.topk) == (256, 8)
+    assert [(m.id, m.depth, m.num_experts) for m in layout.mtp_layers] == [(20, 1, 256)]
+    # the release's class defaults fill what a file leaves out (SGLang loads that class: --trust-remote-code)
+    defaulted = {k: v for k, v in _LING_MINI_2.items() if k not in ("n_group", "topk_group", "num_experts")}
+    assert layout_from_hf_config(defaulted).num_experts == 256
+    # the release's modeling_bailing_moe_v2.py always: sigmoid over an expert bias, float32 router logits,
+    # renormalised top-k, shared expert of moe_intermediate_size, partial_rotary_factor; no qkv bias for use_bias
+    for key, value in (("moe_router_enable_expert_bias", False), ("score_function", "softmax"),
+                       ("norm_topk_prob", False), ("router_dtype", "bf16"), ("use_bias", True), ("norm_head", True),
+                       ("moe_shared_expert_intermediate_size", 1024)):
+        with pytest.raises(LayoutError, match=rf"BailingMoeV2ForCausalLM: SGLang 0.5.23's bailing_moe.py and the "
+                                              rf"release's .*{key}"):
+            layout_from_hf_config({**_LING_MINI_2, key: value})
+    with pytest.raises(LayoutError, match="router_dtype=None"):
+        layout_from_hf_config({k: v for k, v in _LING_MINI_2.items() if k != "router_dtype"})
+    with pytest.raises(LayoutError, match=r"rotary_dim=32 without partial_rotary_factor"):
+        layout_from_hf_config({**{k: v for k, v in _LING_MINI_2.items() if k != "partial_rotary_factor"},
+                               "rotary_dim": 32})
+    with pytest.raises(LayoutError, match="multi_gate"):
+        layout_from_hf_config({**_LING_MINI_2, "router_type": "MultiRouter"})
+    with pytest.raises(LayoutError, match="Only 1 nextn layer"):
+        layout_from_hf_config({**_LING_MINI_2, "num_nextn_predict_layers": 2})

@@ -582,6 +582,14 @@ MANIFEST: Tuple[Touch, ...] = (
           "CPU only, during Lfm2MoeShortConv.forward: the decode convolution in torch, taking this signature",
           "(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None, conv_state_indices=None, "
           "pad_slot_id=-1)", R23),
+    # -- CPU runtime, Ling / Ring 2.0's routed scaling factor (patches/cpu/bailing_moe.py) --------------------------
+    Touch("sglang.srt.models.bailing_moe.BailingMoESparseMoeBlock._forward_router_experts", "hook:around",
+          "CPU only: the routed experts' output times routed_scaling_factor, which the block leaves to the CUDA Triton "
+          "runner (moe_forward_native applies none) unless TopK folds it in",
+          {V0_5_23: "(self, hidden_states, forward_batch)", V0_5_15: "(self, hidden_states)"}, R23 + R15),
+    Touch("sglang.srt.models.bailing_moe.BailingMoESparseMoeBlock", "reads",
+          "the block's routed scaling factor and whether its experts fuse it into TopK",
+          attrs=("routed_scaling_factor", "experts"), releases=R23 + R15),
     # -- CPU runtime, AFMoE's packed experts (patches/cpu/afmoe.py) -------------------------------------------------
     Touch("sglang.srt.models.afmoe.fused_moe", "hook:around",
           "CPU only: AFMoE's experts (packed w1 / w2, no FusedMoE layer) in SGLang's torch implementation with the "
