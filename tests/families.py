@@ -222,10 +222,10 @@ _QWEN3_VL_MOE = Family(
 
 # Qwen3-Omni-MoE, the thinker's text routing: the omni checkpoint as transformers' Qwen3OmniMoeForConditionalGeneration
 # saves it (thinker.* tensors, experts one by one: the Hub's layout, which transformers' conversion mapping for
-# qwen3_omni_moe reads), text-only prompts. The thinker's text model is Qwen3-MoE's decoder (softmax top-k in every
-# layer, q/k norm, interleaved M-RoPE); one-block vision and audio towers; no talker (enable_audio_output false, which
-# the config allows: transformers then builds none, and SGLang builds none either way). moe_intermediate_size 24, as
-# Qwen3-VL-MoE's: no expert tensor is square.
+# qwen3_omni_moe reads), text prompts and with an image. The thinker's text model is Qwen3-MoE's decoder (softmax
+# top-k in every layer, q/k norm, interleaved M-RoPE); one-block vision and audio towers; no talker
+# (enable_audio_output false, which the config allows: transformers then builds none, and SGLang builds none either
+# way). moe_intermediate_size 24, as Qwen3-VL-MoE's: no expert tensor is square.
 _QWEN3_OMNI_MOE = Family(
     "qwen3_omni_moe", "Qwen3OmniMoeConfig", "Qwen3OmniMoeForConditionalGeneration",
     dict(_TINY, head_dim=16, intermediate_size=128, moe_intermediate_size=24, num_hidden_layers=2, num_experts=8,
@@ -1530,6 +1530,7 @@ IMAGE_FAMILIES = {
     "glm4v_moe": ("Look: <|begin_of_image|><|image|><|end_of_image|> What is it?", 112),
     "qwen3_5_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
     "qwen3_vl_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
+    "qwen3_omni_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
     "kimi_k25": ("Look: <|media_begin|><|media_pad|><|media_end|> What is it?", 56),
     # one 448-pixel tile (the request's image_max_dynamic_patch: 1; SGLang's default cuts up to 12 and a thumbnail)
     "interns1": ("Look: <image> What is it?", 448),

@@ -41,7 +41,8 @@ Qwen3-Omni-MoE (``Qwen3OmniMoeForConditionalGeneration`` as transformers' own cl
 experts one by one, one-block vision and audio towers, no talker, its processor files; text prompts): SGLang's
 qwen3_omni_moe.py builds the thinker only, a Qwen3-VL-MoE wrapper over Qwen3-MoE's decoder, from ``thinker_config``
 (its text model in ``thinker_config.text_config``, which the config view reads); the oracle runs transformers' thinker
-(the omni wrapper only generates). Not proven: a prompt with an image or audio.
+(the omni wrapper only generates); text prompts and with an image (the oracle given the processor's attention mask,
+without which transformers' thinker gives the image's tokens text positions). Not proven: a prompt with audio.
 JoyAI-LLM-Flash (Miles trains it): a ``DeepseekV3ForCausalLM`` under its own ``model_type: joyai_llm_flash``, whose
 config class is the release's code, not read here (a stand-in: tests/checkpoints/configuration_joyai_llm_flash.py),
 served with ``--trust-remote-code``; keys as the script's Megatron shapes (one expert group, q LoRA, RoPE base 3.2e7, no
@@ -329,7 +330,8 @@ def test_image_prompt_rows_are_transformers_router_topk(served, oracles, mode):
     else:
         processor = transformers.AutoProcessor.from_pretrained(str(folder))
         enc = processor(text=[text], images=[image], return_tensors="pt")
-        prompt, image_token_id = enc["input_ids"][0].tolist(), processor.image_token_id
+        prompt = enc["input_ids"][0].tolist()
+        image_token_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)  # Qwen3-Omni's: no _id
         pixels = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids")}
     assert prompt.count(image_token_id) > 1  # the processor expanded the one placeholder the text holds
     out = generate(served.url, text=text, image_data=url_data, return_routing=True, return_routed_experts=True,
@@ -339,6 +341,9 @@ def test_image_prompt_rows_are_transformers_router_topk(served, oracles, mode):
     if name not in SGLANG_PROCESSED and "mm_token_type_ids" in enc:  # M-RoPE's token types: the completion is text
         pixels["mm_token_type_ids"] = torch.cat(
             [enc["mm_token_type_ids"], torch.zeros(1, len(out["output_ids"]), dtype=torch.long)], dim=1)
+    # The attention mask a processor returns, over prompt + completion: transformers' Qwen3-Omni thinker computes its
+    # M-RoPE positions only when given one (without it the image's tokens got text positions: 9 of 94 pairs differed).
+    pixels["attention_mask"] = torch.ones(1, len(tokens), dtype=torch.long)
     trace = oracles(name)
     want = trace.topk(tokens, **pixels)[: len(tokens) - 1]
     got = _compare_rows(name, mode, served.url, out, want, len(tokens), trace)
