@@ -796,6 +796,8 @@ def test_ling_2_layout_and_the_keys_on_which_sglang_and_the_release_compute_othe
     with pytest.raises(LayoutError, match=r"rotary_dim=32 without partial_rotary_factor"):
         layout_from_hf_config({**{k: v for k, v in _LING_MINI_2.items() if k != "partial_rotary_factor"},
                                "rotary_dim": 32})
+    # beside partial_rotary_factor (which the view keeps in rope_parameters), SGLang reads the factor, not rotary_dim
+    assert layout_from_hf_config({**_LING_MINI_2, "rotary_dim": 64}).moe_layer_ids == tuple(range(1, 20))
     with pytest.raises(LayoutError, match="multi_gate"):
         layout_from_hf_config({**_LING_MINI_2, "router_type": "MultiRouter"})
     with pytest.raises(LayoutError, match="Only 1 nextn layer"):

@@ -892,8 +892,7 @@ _BAILING_MOE_V2 = Facts(
     defaults={"first_k_dense_replace": 1, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048,
               "intermediate_size": 5120, "max_position_embeddings": 32768, "max_window_layers": 20,
               "moe_intermediate_size": 512, "moe_router_enable_expert_bias": True, "mtp_loss_scaling_factor": 0,
-              "n_group": 8,
-              "num_attention_heads": 16, "num_experts": 256, "num_experts_per_tok": 8, "num_hidden_layers": 20,
+              "n_group": 8, "num_attention_heads": 16, "num_experts": 256, "num_experts_per_tok": 8, "num_hidden_layers": 20,
               "num_key_value_heads": 4, "num_nextn_predict_layers": 0, "num_shared_experts": 1,
               "rms_norm_eps": 1e-06, "rope_theta": 600000.0, "routed_scaling_factor": 1.0,
               "tie_word_embeddings": False, "topk_group": 4, "use_bias": False, "use_qk_norm": True,
@@ -944,7 +943,8 @@ def _bailing_moe_v2(v, arch) -> Stack:
     if shared is not None and shared != v.get("moe_intermediate_size"):
         disagree.append(f"moe_shared_expert_intermediate_size={shared} (SGLang sizes the shared expert by it, times "
                         f"num_shared_experts; the release by moe_intermediate_size)")
-    if v.get("partial_rotary_factor") is None and v.get("rotary_dim") not in (None, v.get("head_dim")):
+    partial = v.get("partial_rotary_factor", (v.get("rope_parameters") or {}).get("partial_rotary_factor"))
+    if partial is None and v.get("rotary_dim") not in (None, v.get("head_dim")):
         disagree.append(f"rotary_dim={v.get('rotary_dim')} without partial_rotary_factor (SGLang rotates "
                         f"rotary_dim, the release the whole head)")
     if disagree:
