@@ -1409,7 +1409,10 @@ def dense_or_moe(model) -> List[str]:
 
 # How far (in router logits) a float32 near tie may sit for RouterTrace.near_tie: the few (token, layer) pairs of a
 # sampled completion where SGLang's and transformers' op orders pick different experts of (almost) equal score.
-NEAR_TIE_LOGIT = 1e-4
+# Measured: the MLA families served with MTP speculation (SGLang's absorbed attention, transformers' naive one) now and
+# then meet one a move of 1e-4 to 1e-3 decides (GLM-5, sampled: one pair in a full run); the wrong rows found so far
+# needed 0.1 and more (Ling 2.0 without its routed scaling factor).
+NEAR_TIE_LOGIT = 1e-3
 # At most this many near ties per response, each named in the failure message of the comparison that allowed it.
 NEAR_TIES_PER_RESPONSE = 2
 
