@@ -369,8 +369,9 @@ def _assert_router_topk(what, trace, got, want):
 
 def _move_to_pick(trace, token, column, chosen) -> str:
     """For a failure message: the least of a ladder of logit moves past which transformers' router picks
-    ``chosen``. float32's own error is far below the first rung (GLM-4.7-Flash's test checkpoint: router logits
-    within 2e-6 of float64's over 60 tokens); a wrong row takes whole logits."""
+    ``chosen``. transformers' own float32 error is below the first rung (GLM-4.7-Flash's test checkpoint: router
+    logits within 2e-6 of float64's over 60 tokens); SGLang's other op orders reach up to NEAR_TIE_LOGIT; the wrong
+    rows found so far took 0.1 and more."""
     for delta in (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0):
         if trace.near_tie(column, token, chosen, delta=delta):
             return f"<= {delta:g}"
