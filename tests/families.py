@@ -1535,6 +1535,8 @@ IMAGE_FAMILIES = {
     "qwen3_vl_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
     "qwen3_omni_moe": ("Look: <|vision_start|><|image_pad|><|vision_end|> What is it?", 64),
     "kimi_k25": ("Look: <|media_begin|><|media_pad|><|media_end|> What is it?", 56),
+    # (its processor resizes any image to its soft-token budget, 256 tokens here, on both sides alike)
+    "gemma4": ("Look: <|image|> What is it?", 96),
     # one 448-pixel tile (the request's image_max_dynamic_patch: 1; SGLang's default cuts up to 12 and a thumbnail)
     "interns1": ("Look: <image> What is it?", 448),
 }

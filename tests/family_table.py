@@ -199,7 +199,9 @@ LAYOUT: Dict[str, str] = {
     "GLM-4.5V / 4.6V (text)": "text model as GLM-4.5: first `first_k_dense_replace` dense; no MTP layers (its config "
                               "names none)",
     "Gemma-4 (text)": "text model: every layer MoE (beside its dense MLP) with `enable_moe_block`, none without; "
-                      "on the CPU runtime sliding and full-attention KV shapes that differ refused",
+                      "on the CPU runtime sliding and full-attention KV shapes that differ refused; on a GPU a "
+                      "prompt with an image gets `image_attention` instead of rows (SGLang's image mask there is "
+                      "not the checkpoint's)",
     "Kimi-K2.5 (text)": "text model as DeepSeek-V3: first `first_k_dense_replace` dense; no MTP layers (as published)",
     "Intern-S1": "text model as Qwen3-MoE: every layer MoE; a dense text model (Intern-S1-mini's Qwen3) refused: "
                  "no routers",

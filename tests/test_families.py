@@ -79,18 +79,19 @@ from the release's remote code, which a host without the Hub cannot fetch: the c
 serves the pixels transformers' processor makes), served with ``--trust-remote-code`` as the release is. Completions do not sample its media placeholders: transformers'
 ``Kimi_K25Model`` embeds those ids as id 0 whether or not an image stands behind them, SGLang as themselves, so a
 text-sampled one routes otherwise on each side (seen: 1-2 pairs at exactly those tokens in some sampled runs).
-Gemma-4 (``Gemma4ForConditionalGeneration``, one-layer vision tower, text prompts): a router and GELU experts beside
-every layer's dense MLP, sliding-window (8 tokens) and full-attention layers, q/k/v norms. SGLang's CPU norm path
-dropped the router's learned input scale (drawn here, not left at ones: half the pairs routed otherwise); the CPU
-runtime applies it (sglang_r3/serving/patches/cpu/gemma4.py, checked against transformers' router in
-tests/test_cpu_gemma4.py). Sliding and full-attention layers share one KV head shape here: with the published split
+Gemma-4 (``Gemma4ForConditionalGeneration``, one-layer vision tower, text prompts and with an image): a router and
+GELU experts beside every layer's dense MLP, sliding-window (8 tokens) and full-attention layers, q/k/v norms. SGLang's
+CPU norm path dropped the router's learned input scale (drawn here, not left at ones: half the pairs routed
+otherwise); the CPU runtime applies it (sglang_r3/serving/patches/cpu/gemma4.py, checked against transformers' router
+in tests/test_cpu_gemma4.py). Sliding and full-attention layers share one KV head shape here: with the published split
 start-up refuses it on the CPU runtime (``gemma4_published_shapes``). Completions do not sample its image placeholder:
 transformers' ``Gemma4Model`` embeds that id as the pad token where no image stands behind it, SGLang as itself.
-Not proven: Gemma-4 with an image. Served with one (its processor runs on CPU), 298 of 1132 (token, layer) pairs
-differed from transformers' from the first image token on: torch_native attends causally where Gemma-4's image
-tokens attend to each other (``use_bidirectional_attention: vision``), and with transformers made causal 170 still
-differed, so its vision tower's CPU output differs too. The rows are SGLang's forward (upstream's routed_experts
-agree); transformers computes another.
+With an image, 301 of 1196 (token, layer) pairs differed first. Two causes, measured stage by stage: SGLang's vision
+pooler pooled the padding patches' encoder states into the first soft token (transformers zeroes them:
+sglang_r3/serving/patches/gemma4_vision.py, every device), and torch_native attended causally where transformers'
+sliding-window layers let an image's tokens attend to each other both ways (the CPU runtime opens them there now:
+cpu/gemma4.py; both checked against transformers in tests/test_cpu_gemma4.py). With the mask SGLang's Triton path
+builds instead (every layer), 67 pairs differed: a GPU's rows for an image prompt are refused (``image_attention``).
 GLM-5 (``GlmMoeDsaForCausalLM``) and DeepSeek-V3.2 (``DeepseekV32ForCausalLM``): MLA with the DSA indexer, one NextN
 layer, served with MTP speculation on. The CPU runtime attends to every key (sglang_r3/serving/patches/cpu/dsa.py),
 DSA's own result while a sequence fits in ``index_topk`` (2048 here, as published; start-up refuses a longer context

@@ -11,6 +11,7 @@ from __future__ import annotations
 CAPTURE_ERROR_CODES = (
     "missing_rows",  # some of the request's KV slots hold no row a target forward wrote
     "capture_off",  # capture was switched off while the request's KV was computed
+    "image_attention",  # its image's tokens were served with another attention mask than the checkpoint's (Gemma-4)
 )
 STORE_ERROR_CODES = (  # records by reference: the engine's record store did not take the record
     "store_full",

@@ -17,8 +17,10 @@ from sglang_r3.serving.capture.payload import PayloadBytes, RoutingUnavailable
 from sglang_r3.serving.metrics import metrics
 from sglang_r3.serving.patches import release, served_layout
 from sglang_r3.serving.patches.dp_rows import local_rows_fn
+from sglang_r3.serving.patches.gemma4_vision import image_attention_refusal
 from sglang_r3.serving.patches.hooks import register
 from sglang_r3.serving.patches.runtime import capturer as _capturer, layout_of
+from sglang_r3.core import settings
 from sglang_r3.core.record import token_digest
 
 logger = logging.getLogger(__name__)
@@ -225,6 +227,10 @@ def collect_request_rows(original, self, req):
                                    missing, int(rows.shape[0]))
         cap.stats.extra["requests_refused"] = cap.stats.extra.get("requests_refused", 0) + 1
         rows = rows[:0]
+    elif why := image_attention_refusal(cap.layout.architecture, settings.current().cpu, req):
+        error = RoutingUnavailable("image_attention", why, int(rows.shape[0]), int(rows.shape[0]))
+        cap.stats.extra["requests_refused"] = cap.stats.extra.get("requests_refused", 0) + 1
+        rows = rows[:0]
     rows = rows.numpy()
     if rows.dtype == np.int16:
         rows = rows.view(np.uint16)
@@ -351,3 +357,7 @@ def install_capture_patches() -> None:
     from sglang_r3.serving.patches.draft import install_draft_patches
 
     install_draft_patches()
+    # A model fix, beside capture because it acts where the scheduler builds the model (patches/gemma4_vision.py)
+    from sglang_r3.serving.patches.gemma4_vision import install_gemma4_vision_patch
+
+    install_gemma4_vision_patch()

@@ -121,10 +121,10 @@ MANIFEST: Tuple[Touch, ...] = (
                  "forward"), releases=R15),
     Touch("sglang.srt.managers.schedule_batch.Req", "reads", "a finished request's tokens and its KV row",
           attrs=("rid", "return_routed_experts", "origin_input_ids", "output_ids_through_stop", "routed_experts_start_len",
-                 "routed_experts", "kv", "sampling_params", "finished"), releases=R23),
+                 "routed_experts", "kv", "sampling_params", "finished", "multimodal_inputs"), releases=R23),
     Touch("sglang.srt.managers.schedule_batch.Req", "reads", "a finished request's tokens and its KV row",
           attrs=("rid", "return_routed_experts", "origin_input_ids", "output_ids_through_stop", "routed_experts_start_len",
-                 "routed_experts", "req_pool_idx", "sampling_params", "finished"), releases=R15),
+                 "routed_experts", "req_pool_idx", "sampling_params", "finished", "multimodal_inputs"), releases=R15),
     Touch("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor", "reads",
           "the request-to-token table at collect", attrs=("req_to_token_pool",), releases=R23),
     Touch(_SCHED, "reads", "requests held, for /routing/stats", attrs=("running_batch", "waiting_queue")),
@@ -190,10 +190,11 @@ MANIFEST: Tuple[Touch, ...] = (
           "writes from it raise) and files its draft routing",
           "(self, forward_batch, skip_attn_backend_init=None, pp_proxy_tensors=None, "
           "reinit_attn_backend=False, split_forward_count=1)"),
-    Touch(f"{_FWD}.ForwardBatch", "reads", "a forward's requests, tokens and mode (draft filing, CPU attention)",
+    Touch(f"{_FWD}.ForwardBatch", "reads", "a forward's requests, tokens and mode (draft filing, CPU attention; "
+          "Gemma-4's image spans on the CPU runtime)",
           attrs=("forward_mode", "batch_size", "req_pool_indices", "extend_seq_lens", "extend_seq_lens_cpu",
                  "extend_prefix_lens", "extend_prefix_lens_cpu", "positions", "input_ids", "spec_info",
-                 "out_cache_loc", "seq_lens", "_original_batch_size", "extend_logprob_start_lens_cpu")),
+                 "out_cache_loc", "seq_lens", "_original_batch_size", "extend_logprob_start_lens_cpu", "mm_inputs")),
     Touch(f"{_FWD}.ForwardMode", "reads", "what kind of forward runs",
           attrs=("is_idle", "is_decode", "is_extend", "is_target_verify", "is_draft_extend_v2")),
     Touch("sglang.srt.managers.schedule_batch.ScheduleBatch", "reads", "the batch a speculative worker runs",
@@ -645,6 +646,17 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.arg_groups.overrides.is_triton_kernels_available", "hook:around",
           "CPU only: false, so gpt-oss's MoE runner stays auto (moe_forward_native on CPU, through the TopK capture "
           "site) instead of triton_kernel, whose Triton kernels have no CPU target", "()", R15),
+    # -- Gemma-4's vision pooler, every device (patches/gemma4_vision.py) -----------------------------------------------
+    Touch("sglang.srt.models.gemma4_vision.Gemma4VisionPooler.forward", "hook:around",
+          "the padding patches' hidden states zeroed before pooling, as transformers' Gemma4VisionPooler does "
+          "(gemma4_mm.py builds the pooler without mask_pad_before_pool; 0.5.15's has no such flag)",
+          "(self, hidden_states, patch_positions, padding_positions, output_length=None)"),
+    Touch("sglang.srt.managers.schedule_batch.MultimodalInputs", "reads", "a request's multimodal items (Gemma-4: the "
+          "CPU runtime's image mask, and at collect its images' attention; patches/gemma4_vision.py)",
+          attrs=("mm_items",)),
+    Touch("sglang.srt.managers.schedule_batch.MultimodalDataItem", "reads",
+          "an item's modality and its token spans (first, last), as prepare_attn_masks reads them",
+          attrs=("is_image", "offsets")),
     # -- CPU runtime, Gemma-4 (patches/cpu/gemma4.py) ---------------------------------------------------------------
     Touch("sglang.srt.models.gemma4_causal.Gemma4Router.forward", "hook:around",
           "CPU only: the router's input normalised with the weight fuse_scale folds its learned scale and "
@@ -655,6 +667,19 @@ MANIFEST: Tuple[Touch, ...] = (
           attrs=("_scale_fused", "fuse_scale", "norm", "proj"), releases=R23),
     Touch("sglang.srt.layers.layernorm.Gemma4RMSNorm", "reads", "the router norm's weight and eps (CPU only)",
           attrs=("weight", "eps"), releases=R23),
+    Touch("sglang.srt.models.gemma4_mm.Gemma4ForConditionalGeneration.prepare_attn_masks", "hook:around",
+          "CPU only, torch_native only (it logs a fall back to causal attention there): each request's image spans "
+          "recorded for the sliding-window layers' mask, as transformers' create_masks_for_vision_model opens them",
+          "(self, forward_batch, input_ids, mask_dtype)", R23),
+    Touch(f"{_TNA}._run_sdpa_forward_extend", "hook:around",
+          "CPU only, Gemma-4 image prefills only, sliding-window layers only: its sliding mask built with each image "
+          "span's upper triangle open (the class's _make_sliding_window_mask, shadowed on the instance for the call)",
+          "(self, query, output, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens, extend_prefix_lens, "
+          "extend_seq_lens, encoder_lens=None, scaling=None, enable_gqa=False, causal=False, is_cross_attn=False, "
+          "sliding_window_size=None)", R23),
+    Touch(f"{_TNA}._make_sliding_window_mask", "uses",
+          "the sliding-window mask the image spans are opened in (CPU only)",
+          "(kw:q_len, kw:kv_len, kw:sliding_window_size, kw:device, kw:query_offset=0)", R23),
     # -- CPU runtime, DSA models served dense within index_topk (patches/cpu/dsa.py) ---------------------------
     Touch("sglang.srt.arg_groups.model_hook.run_post_process_pass", "swaps",
           "CPU only, DSA models only, during handle_model_specific_adjustments: _dsa_kv_cache_dtype_default and "
@@ -670,7 +695,8 @@ MANIFEST: Tuple[Touch, ...] = (
           "enforces on the CPU runtime)", "(self, *args, **kwargs)", R23),
     Touch("sglang.srt.model_executor.forward_context.get_attn_backend", "uses",
           "CPU only, inside the indexer's forward: the attention backend whose get_indexer_metadata says whether it "
-          "runs an indexer", "()", R23),
+          "runs an indexer; in Gemma-4's prepare_attn_masks, the backend its image mask is for (cpu/gemma4.py)",
+          "()", R23),
     Touch("sglang.srt.layers.attention.base_attn_backend.AttentionBackend", "reads",
           "CPU only: get_indexer_metadata, None for a backend that runs no DSA indexer (torch_native)", releases=R23,
           attrs=("get_indexer_metadata",)),

@@ -29,8 +29,9 @@
 12. rope: DeepSeek-style attention without RoPE scaling (Moonlight) gets SGLang's plain rotary embedding, where
    its CPU path asserts a deepseek_yarn scaling; its YaRN rotation with half-split pairs (rope_interleave false)
    computed as SGLang's forward_native means it (which adds an axis there, and its AMX kernel call interleaves).
-13. gemma4: Gemma-4's router normalises with its fused input scale (the CPU norm path skipped it), and its start-up
-   assertion counts torch_native as the CPU attention backend.
+13. gemma4: Gemma-4's router normalises with its fused input scale (the CPU norm path skipped it), its start-up
+   assertion counts torch_native as the CPU attention backend, and an image's tokens attend to each other both ways
+   in torch_native's sliding-window layers, as transformers masks them (SGLang falls back to causal there).
 14. mamba2: Mamba-2 mixers (Nemotron-H) with torch versions of their causal convolutions (unbound on a CPU import),
    SSD scan and state update (Triton), bound for the mixer's forward.
 15. nemotron_h: Nemotron-H's MoE block: its router logits without torch.mm's CUDA-only out_dtype, its non-gated
