@@ -139,6 +139,9 @@ class Family:
     # The architecture the checkpoint names where transformers has no class for it and ``model_class`` is another
     # architecture's that computes the same (Ling 2.0 as GLM-4.5: AS_TRANSFORMERS); "" : model_class's own.
     published_as: str = ""
+    # The model type whose release config class the checkpoint carries a stand-in for (STAND_INS; its hub_tensors
+    # writes it, served with --trust-remote-code); "": transformers' own config class.
+    stand_in: str = ""
 
 
 _LLAMA4_TEXT = dict(_TINY, head_dim=16, intermediate_size=32, intermediate_size_mlp=128, num_hidden_layers=4,
@@ -547,6 +550,7 @@ FAMILIES: Dict[str, Family] = {
         {**{k: v for k, v in _DEEPSEEK_V3_TEXT.items() if k != "rope_scaling"}, "n_group": 1, "topk_group": 1,
          "num_nextn_predict_layers": 0, "rope_theta": 32000000.0},
         hub_tensors=lambda folder: _joyai_llm_flash_as_published(folder),
+        stand_in="joyai_llm_flash",
         router_std=0.4,  # sigmoid scores off saturation (one group), as Kimi-K2.5's
         qk_scale=8.0,  # scores that depend on positions (see Family.qk_scale)
     ),
@@ -567,6 +571,7 @@ FAMILIES: Dict[str, Family] = {
         mtp_layers=1,
         published_as="BailingMoeV2ForCausalLM",
         hub_tensors=lambda folder: _bailing_as_published(folder),
+        stand_in="bailing_moe",
         router_std=0.4,  # sigmoid scores off saturation, as GLM-4.5's
     ),
     # Kimi-K2.5 as the Hub ships it (moonshotai/Kimi-K2.5): DeepSeek-V3's text model (MLA, YaRN, sigmoid top-k with a
@@ -611,6 +616,7 @@ FAMILIES: Dict[str, Family] = {
         layers_of=lambda m: list(m.model.language_model.layers),
         experts_topk=lambda c: (c.text_config.num_experts, c.text_config.num_experts_per_tok),
         hub_tensors=lambda folder: _interns1_as_published(folder),
+        stand_in="interns1",
         extra_files=lambda folder: _add_vision_tokens(folder, INTERNS1_VISION_TOKENS, INTERNS1_VISION_IDS),
         # transformers' InternVL embeds a context token as an image feature only with pixels behind it; a sampled
         # one would stop its forward ("Image features and image tokens do not match")

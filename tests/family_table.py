@@ -253,8 +253,8 @@ def _proof(arch: str) -> str:
                         else "")
                      + (", MTP speculation on = off" if spec_on else "")
                      + (", text prompts and with an image" if name in IMAGE_FAMILIES else "")
-                     + (f", under model_type `{name}` (its config class a stand-in)" if name in STAND_INS
-                        else "")
+                     + (f", under model_type `{fam.stand_in}` (its config class a stand-in, "
+                        f"`tests/checkpoints/{STAND_INS[fam.stand_in].module}.py`)" if fam.stand_in else "")
                      + ("; transformers at SGLang's eps for " + ", ".join(f"`{m}`" for m in SGLANG_NORM_EPS[name])
                         + ", which SGLang builds otherwise: `SGLANG_NORM_EPS`" if name in SGLANG_NORM_EPS else "") + ")")
     if arch in OTHER_FORWARDS:

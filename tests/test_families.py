@@ -620,6 +620,7 @@ def test_the_joyai_checkpoint_names_its_own_model_type_and_the_oracle_reads_ever
     path = build(FAMILIES["joyai_llm_flash"])
     config = json.loads((path / "config.json").read_text())
     assert (config["model_type"], config["architectures"]) == ("joyai_llm_flash", ["DeepseekV3ForCausalLM"])
+    assert FAMILIES["joyai_llm_flash"].stand_in == config["model_type"]  # what the family table says
     assert config["auto_map"] == {"AutoConfig": "configuration_joyai_llm_flash.JoyAILLMFlashConfig"}
     assert (path / "configuration_joyai_llm_flash.py").is_file()
     _, info = transformers.DeepseekV3ForCausalLM.from_pretrained(str(path), dtype=torch.float32,
@@ -648,6 +649,7 @@ def test_the_ling_2_checkpoint_has_the_releases_names_and_the_oracle_reads_every
     path = build(FAMILIES["bailing_moe_v2"])
     config = json.loads((path / "config.json").read_text())
     assert (config["model_type"], config["architectures"]) == ("bailing_moe", ["BailingMoeV2ForCausalLM"])
+    assert FAMILIES["bailing_moe_v2"].stand_in == config["model_type"]  # what the family table says
     assert config["auto_map"] == {"AutoConfig": "configuration_bailing_moe_v2.BailingMoeV2Config"}
     assert (path / "configuration_bailing_moe_v2.py").is_file()
     with safe_open(str(path / "model.safetensors"), "pt") as f:

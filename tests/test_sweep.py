@@ -95,6 +95,10 @@ def test_the_family_table_is_generated_and_names_real_architectures(rows):
     assert {s.architecture for s in family_table.TRAINED_BY if s.architecture} <= names
     # every built-but-not-served family says why; every layout note belongs to a registry family
     assert set(family_table.NOT_SERVED_WHY) == {n for n, f in FAMILIES.items() if f.not_served}
+    # every stand-in config class is one a family's checkpoint carries, under that family's name for it
+    from tests.families import STAND_INS
+
+    assert {f.stand_in for f in FAMILIES.values() if f.stand_in} == set(STAND_INS)
     assert set(family_table.LAYOUT) == {f.name for f in REGISTRY if f.rule is not None}
     assert set(family_table.OTHER_FORWARDS) <= {r["architecture"] for r in rows if r["status"] == "rule"}
     for path, _ in family_table.OTHER_FORWARDS.values():
