@@ -515,7 +515,8 @@ def prove(arch: str) -> Dict[str, Any]:
            f"top-{layout.topk} of {layout.num_experts}", _head_check(arch, model_type, values)]
     if any(r.num_experts is None for r in routers.values()):
         raise AssertionError(f"{arch}: a router without FusedMoE experts: {routers}")
-    draft = draft_architecture(cfg) if layout.mtp_layers else None
+    draft = draft_architecture(cfg)  # (a target without MTP layers may still name one: a separate EAGLE draft's)
+    drafts = {"draft": draft[0]} if draft else {}
     if layout.mtp_layers:
         fam = family_of(arch)
         if draft is None:
@@ -531,6 +532,7 @@ def prove(arch: str) -> Dict[str, Any]:
             raise AssertionError(f"{draft_arch}: {len(drouters)} routers, layout MTP routed layers: {want}")
         how.append(f"draft {draft_arch}: {len(drouters)} MTP router(s)"
                    + (f" top-{layout.mtp_layers[0].topk}" if drouters else " (dense MTP)"))
+        drafts["draft_built"] = how[-1]
     # transformers' own config class for the model type (SGLang may build another: DeepSeek-V3.2's is a V3
     # alias), and what its save_pretrained writes: the same layout and fingerprint.
     hf_cfg = transformers_config(arch, model_type, values)
@@ -546,7 +548,7 @@ def prove(arch: str) -> Dict[str, Any]:
             raise AssertionError(f"{arch}: transformers' module tree has experts in layers {hf}, "
                                  f"the layout in {list(layout.moe_layer_ids)}")
         how.append("transformers module tree: same MoE layers")
-    return {"layout": layout.summary(), "proven": "; ".join(how), "fingerprint": layout.fingerprint}
+    return {"layout": layout.summary(), "proven": "; ".join(how), "fingerprint": layout.fingerprint, **drafts}
 
 
 # Heads SGLang ties at load rather than in the module tree (invisible on the meta device): arch -> where.
@@ -687,6 +689,10 @@ def sweep(only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
         except Exception as e:  # noqa: BLE001 -- a row that failed says why; the test fails on it
             row.update(status="error", error=f"{type(e).__name__}: {e}", trace=traceback.format_exc())
         rows.append(row)
+    # Draft classes (SGLang's own pick for a target under EAGLE / MTP, ModelConfig._config_draft_model): refused as a
+    # model's own architecture like any class without a rule, and named as the draft of their targets.
+    for r in rows:
+        r["draft_of"] = sorted(t["architecture"] for t in rows if t.get("draft") == r["architecture"])
     # Classes the loader builds in place of a listed architecture (their modules need not look MoE).
     listed = {r["architecture"] for r in rows}
     for arch, originals in sorted(loader_substitutions(sorted(ModelRegistry.models)).items()):
@@ -716,16 +722,33 @@ def served_forwards() -> Dict[str, str]:
     return out
 
 
+def _as_draft(target: Dict[str, Any]) -> str:
+    """How a draft class is proven as its target's: built from the target's tiny config as SGLang's draft and checked
+    against the target's MTP layers, or not checked where the target's layout has none."""
+    if target.get("draft_built"):
+        return (f"`{target['architecture']}` (its MTP layers): built so from that tiny config, "
+                f"{target['draft_built'].split(': ', 1)[1]}, checked against its layout's MTP layers (its row)")
+    return (f"`{target['architecture']}` under EAGLE, from a separate draft checkpoint: that target's tiny config "
+            "has no MTP layers, so start-up checks none of such a draft's routers and the record holds no MTP section "
+            "for it (draft routing is never replayed; a checkpoint with MTP layers of its own: its row); not served "
+            "here")
+
+
 def markdown(rows: List[Dict[str, Any]]) -> str:
     lines = ["| architecture (SGLang module) | sglang-r3 | layout, and how it is proven / why refused |",
              "|---|---|---|"]
     served = served_forwards()
+    by_arch = {r["architecture"]: r for r in rows}
     for r in rows:
         name = f"`{r['architecture']}` (`{r['module']}`)"
         if r["status"] == "rule":
             forward = (f"; served forward: `tests/test_families.py` ({served[r['architecture']]})"
                        if r["architecture"] in served else "")
             lines.append(f"| {name} | captured ({r['family']}) | {r['layout']}. {r['proven']}{forward} |")
+        elif r["status"] == "refused" and r.get("draft_of"):
+            lines.append(f"| {name} | draft of {', '.join(f'`{t}`' for t in r['draft_of'])} (refused as a model) | "
+                         f"{r['reason']}. SGLang builds it as the draft of "
+                         + "; ".join(_as_draft(by_arch[t]) for t in r["draft_of"]) + " |")
         elif r["status"] == "refused":
             lines.append(f"| {name} | refused at start-up | {r['reason']} |")
         else:
