@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 # framework -> (GitHub repository, the commit the scripts were read at)
 REPOS: Dict[str, Tuple[str, str]] = {
@@ -31,6 +31,9 @@ class Script:
     model: str  # the published model the script trains
     architecture: str  # that model's config.json "architectures"[0]; "" where the script does not say which
     evidence: str  # text the script contains that ties it to the model (checked by --check)
+    # config keys the script gives its model where they decide what start-up does with it (the family's tiny sweep
+    # config with these keys is put to the layout rule: the table says what start-up does, not what we hope)
+    published: Tuple[Tuple[str, Any], ...] = ()
 
 
 S, M, V = "slime", "Miles", "verl"
@@ -80,6 +83,16 @@ TRAINED_BY: Tuple[Script, ...] = (
            "--num-experts"),
     Script(M, "scripts/models/nemotron-3-nano-30b-a3b.py", "Nemotron-3-Nano-30B-A3B", "NemotronHForCausalLM",
            "--num-experts"),
+    # Nemotron-3-Super / Ultra: Nemotron-H with latent MoE projections (and Ultra's MTP head), as their scripts say
+    Script(M, "scripts/models/nemotron-3-super-120b-a12b.py", "Nemotron-3-Super-120B-A12B", "NemotronHForCausalLM",
+           "--moe-latent-size 1024", published=(("moe_latent_size", 1024),)),
+    Script(M, "scripts/models/nemotron-3-ultra-550b-a55b.py", "Nemotron-3-Ultra-550B-A55B", "NemotronHForCausalLM",
+           "num_nextn_predict_layers=1", published=(("moe_latent_size", 2048), ("num_nextn_predict_layers", 1))),
+    Script(M, "scripts/models/deepseek-v4-pro.py", "DeepSeek-V4-Pro", "DeepseekV4ForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/inkling-small.py", "Inkling-Small", "InklingForConditionalGeneration", "Inkling-Small"),
+    Script(M, "scripts/models/kimi-k2-thinking.py", "Kimi-K2-Thinking", "DeepseekV3ForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/glm4.5-106B-A12B.py", "GLM-4.5-Air", "Glm4MoeForCausalLM", "--num-experts"),
+    Script(M, "scripts/models/qwen3-235B-A22B.py", "Qwen3-235B-A22B", "Qwen3MoeForCausalLM", "--num-experts"),
     # Inkling: the script's model provider is Miles' miles_plugins.models.inkling, the model SGLang serves as
     # InklingForConditionalGeneration (inkling.py; InklingModelConfig's vocab_size, 201024, is the script's).
     Script(M, "scripts/models/inkling.py", "Inkling", "InklingForConditionalGeneration",
@@ -305,7 +318,23 @@ def rows() -> List[Tuple[str, str, str, str, str]]:
 def _trained(scripts: Sequence[Script]) -> str:
     if not scripts:
         return "—"
-    return "; ".join(f"{s.model}: {_link(s)}" for s in scripts)
+    return "; ".join(f"{s.model}: {_link(s)}" + (f" ({_as_published(s)})" if s.published else "") for s in scripts)
+
+
+def _as_published(s: Script) -> str:
+    """What start-up does with the script's model: its family's tiny sweep config with the keys the script gives,
+    put to the layout rule."""
+    from sglang_r3.core.layout import LayoutError, layout_from_hf_config
+    from tests.sweep import SPECS
+
+    model_type, values = SPECS[s.architecture]
+    keys = ", ".join(f"`{k}: {v}`" for k, v in s.published)
+    try:
+        layout_from_hf_config({**values, **dict(s.published), "model_type": model_type,
+                               "architectures": [s.architecture]})
+    except LayoutError as e:
+        return f"with {keys}: refused at start-up: {str(e).split(': ', 1)[-1]}"
+    return f"with {keys}: captured as its family's rule says"
 
 
 def markdown() -> str:
