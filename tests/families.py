@@ -741,7 +741,10 @@ FLIPPED: Dict[str, Dict[str, Any]] = {
     "qwen3_vl_moe": dict(attention_bias=True),
     "qwen3_omni_moe": dict(attention_bias=True, norm_topk_prob=False),
     "interns1": dict(norm_topk_prob=False, attention_bias=True),
-    "nemotron_h": dict(norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=1.0, use_conv_bias=False),
+    # (moe_latent_size: the routed experts run in a 16-wide latent between two projections, as Nemotron-3-Super /
+    # Ultra publish theirs; the router and the shared expert see the full width)
+    "nemotron_h": dict(norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=1.0, use_conv_bias=False,
+                       moe_latent_size=16),
     # Qwen3.5's text-only checkpoint: M-RoPE over half the head (sections to match, the factor given as the
     # published config gives it: beside rope_parameters too), embeddings tied
     "qwen3_5_moe_text": dict(tie_word_embeddings=True, partial_rotary_factor=0.5,

@@ -229,7 +229,7 @@ LAYOUT: Dict[str, str] = {
                              "`score_func` other than sigmoid, `route_norm` false or `n_group` > 1, refused",
     "Granite-MoE": "every layer MoE; `attention_bias` refused",
     "Nemotron-H (Nemotron-3-Nano)": "one layer per `hybrid_override_pattern` block (Mamba-2, attention, MLP, MoE), MoE at "
-                                    "its `E` blocks; MTP layers, `moe_latent_size`, `n_shared_experts` ≠ 1, "
+                                    "its `E` blocks; MTP layers, `n_shared_experts` ≠ 1, "
                                     "`mlp_hidden_act` ≠ relu2, `mamba_hidden_act` ≠ silu, `mlp_bias`, `sliding_window` "
                                     "and `n_groups` ≠ `mamba_n_groups` refused",
 }

@@ -127,7 +127,6 @@ def test_nemotron_h_block_types_in_every_spelling_are_one_layout():
 
 @pytest.mark.parametrize("change, words", [
     ({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers=1"),
-    ({"moe_latent_size": 1024}, "moe_latent_size=1024"),
     ({"n_shared_experts": 2}, "n_shared_experts=2"),
     ({"mlp_hidden_act": "silu"}, "mlp_hidden_act='silu'"),
     ({"mamba_hidden_act": "gelu"}, "mamba_hidden_act='gelu'"),

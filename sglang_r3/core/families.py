@@ -1158,7 +1158,7 @@ def _nemotron_h(v, arch) -> Stack:
 
     Refused, naming the key, where SGLang 0.5.23 and transformers' NemotronH build different models, or where
     sglang-r3 has not proven SGLang's path: num_nextn_predict_layers > 0 (nemotron_h_mtp.py's MTP layers;
-    Nemotron-3-Nano publishes none), moe_latent_size (latent MoE projections), n_shared_experts other than 1
+    Nemotron-3-Nano publishes none), n_shared_experts other than 1
     (SGLang widens the shared expert by it, transformers builds one of moe_shared_expert_intermediate_size
     whatever it says), mlp_hidden_act other than relu2 (SGLang's dense and shared MLPs are ReLU^2 whatever it
     says), mamba_hidden_act other than silu (SGLang's convolution kernels apply silu or nothing), mlp_bias
@@ -1175,9 +1175,6 @@ def _nemotron_h(v, arch) -> Stack:
     if n_mtp:
         refusals.append(f"num_nextn_predict_layers={n_mtp}: SGLang's Nemotron-H MTP layers (nemotron_h_mtp.py) are "
                         f"not proven by sglang-r3 (Nemotron-3-Nano publishes none)")
-    if v.get("moe_latent_size") is not None:
-        refusals.append(f"moe_latent_size={v.get('moe_latent_size')!r}: SGLang's latent MoE projections are not "
-                        f"proven by sglang-r3 (Nemotron-3-Nano publishes none)")
     shared = _int(v, "n_shared_experts", arch)
     if shared != 1:
         refusals.append(f"n_shared_experts={shared}: SGLang builds a shared expert "
