@@ -86,12 +86,13 @@ otherwise); the CPU runtime applies it (sglang_r3/serving/patches/cpu/gemma4.py,
 in tests/test_cpu_gemma4.py). Sliding and full-attention layers share one KV head shape here: with the published split
 start-up refuses it on the CPU runtime (``gemma4_published_shapes``). Completions do not sample its image placeholder:
 transformers' ``Gemma4Model`` embeds that id as the pad token where no image stands behind it, SGLang as itself.
-With an image, 301 of 1196 (token, layer) pairs differed first. Two causes, measured stage by stage: SGLang's vision
+With an image, its rows differed from the first image token on. Two causes, measured stage by stage: SGLang's vision
 pooler pooled the padding patches' encoder states into the first soft token (transformers zeroes them:
-sglang_r3/serving/patches/gemma4_vision.py, every device), and torch_native attended causally where transformers'
-sliding-window layers let an image's tokens attend to each other both ways (the CPU runtime opens them there now:
-cpu/gemma4.py; both checked against transformers in tests/test_cpu_gemma4.py). With the mask SGLang's Triton path
-builds instead (every layer), 67 pairs differed: a GPU's rows for an image prompt are refused (``image_attention``).
+sglang_r3/serving/patches/gemma4_vision.py, every device; without it 58 of 1196 (token, layer) pairs differed), and
+torch_native attended causally where transformers' sliding-window layers let an image's tokens attend to each other
+both ways (the CPU runtime opens them there now: cpu/gemma4.py; causal, 301 differed; both checked against
+transformers in tests/test_cpu_gemma4.py). With the mask SGLang's Triton path builds instead (every layer), 67
+differed: a GPU's rows for an image prompt are refused (``image_attention``).
 GLM-5 (``GlmMoeDsaForCausalLM``) and DeepSeek-V3.2 (``DeepseekV32ForCausalLM``): MLA with the DSA indexer, one NextN
 layer, served with MTP speculation on. The CPU runtime attends to every key (sglang_r3/serving/patches/cpu/dsa.py),
 DSA's own result while a sequence fits in ``index_topk`` (2048 here, as published; start-up refuses a longer context
