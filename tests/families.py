@@ -96,7 +96,9 @@ class Family:
     # "ernie" (ERNIE-4.5: model.mtp_block.{d}.* -- a dense decoder layer -- and mtp_emb_norm / mtp_hidden_norm /
     # mtp_linear_proj, as SGLang's ernie4_eagle.py loads them) or "qwen" (Qwen3-Next / Qwen3.5: mtp.layers.{d}.* -- a
     # full-attention MoE decoder layer, experts one by one -- and mtp.fc / mtp.pre_fc_norm_{embedding,hidden} /
-    # mtp.norm, as the releases ship them and SGLang's qwen3_next.py load_weights(is_mtp=True) reads them).
+    # mtp.norm, as the releases ship them and SGLang's qwen3_next.py load_weights(is_mtp=True) reads them) or
+    # "nemotron_h" (Nemotron-3-Ultra: mtp.layers.{b}.* -- one block per character of mtp_hybrid_override_pattern, as
+    # the backbone's blocks are named -- the first with enorm / hnorm / eh_proj, the last with final_layernorm).
     mtp_format: str = "nextn"
     # transformers' config -> (experts, top-k) of its routers (the spelling differs between classes).
     experts_topk: Callable[[Any], tuple] = field(default=lambda c: (c.num_local_experts, c.num_experts_per_tok))
@@ -311,6 +313,7 @@ _NEMOTRON_H = Family(
     hub_tensors=lambda folder: _nemotron_h_as_published(folder),
     router_std=0.4,  # sigmoid scores off saturation, as GLM-4.5's (one group)
     post_init=lambda model: _nemotron_h_time_steps(model),
+    mtp_layers=1, mtp_format="nemotron_h",  # Nemotron-3-Ultra's MTP head (Nano publishes none)
     # SGLang keeps a Mamba layer's convolution window in bfloat16 whatever --dtype says (mamba_utils.py
     # mamba2_state_dtype: SGLANG_MAMBA_CONV_DTYPE, default bfloat16; on CUDA too), so a float32 model's decode
     # convolves the last width - 1 inputs rounded to bfloat16: served so, 1 to 3 of ~400 sampled (token, layer) pairs
@@ -1053,8 +1056,9 @@ _NEMOTRON_H_BLOCKS = {"linear_attention": "M", "full_attention": "*", "mlp": "-"
 def _nemotron_h_as_published(folder: Path) -> None:
     """config.json as nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 spells it: the blocks as hybrid_override_pattern and
     num_hidden_layers (transformers 5.19 writes layers_block_type with its own names, which SGLang 0.5.23's
-    NemotronHConfig refuses: "contains invalid types"), no mtp_layers_block_type (no MTP) and no time_step_limit
-    (neither is published; transformers writes its defaults). The tensors are already the Hub's names."""
+    NemotronHConfig refuses: "contains invalid types"), no mtp_layers_block_type (Nemotron-3-Ultra spells its MTP head
+    mtp_hybrid_override_pattern: _append_nemotron_h_mtp) and no time_step_limit (neither is published; transformers
+    writes its defaults). The tensors are already the Hub's names."""
     path = folder / "config.json"
     cfg = json.loads(path.read_text())
     blocks = cfg.pop("layers_block_type")
@@ -1151,6 +1155,7 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
                    + (["hub_tensors"] if family.hub_tensors else [])
                    + ([family.published, family.mtp_format] if family.published else [])
                    + (["qwen mtp drafts close"] if family.mtp_format == "qwen" else [])
+                   + ([family.mtp_format, family.mtp_layers] if family.mtp_format == "nemotron_h" else [])
                    + (["post_init"] if family.post_init else []), sort_keys=True).encode()
     ).hexdigest()[:12]
     out = out or cache_root() / "families" / f"{family.name}-{key}"
@@ -1170,6 +1175,8 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
         _keep_last_layers_as_mtp(tmp, config_class(**_keywords(family, family.config, special)), family)
     elif family.mtp_format == "qwen":
         _append_qwen_mtp(tmp, family, special)
+    elif family.mtp_format == "nemotron_h":
+        _append_nemotron_h_mtp(tmp, family)
     elif family.mtp_layers:
         _append_ernie_mtp(tmp, model.config, family)
     if family.published:
@@ -1249,6 +1256,45 @@ def _append_qwen_mtp(folder: Path, family: Family, special: Dict[str, Any]) -> N
     for norm in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"):
         tensors[norm] = torch.zeros(H)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(shard), metadata={"format": "pt"})
+
+
+# Nemotron-3-Ultra's MTP head (Miles' nemotron-3-ultra-550b-a55b-4layer.py: "MTP head: attention + moe -> *E").
+_NEMOTRON_H_MTP_PATTERN = "*E"
+
+
+def _append_nemotron_h_mtp(folder: Path, family: Family) -> None:
+    """Nemotron-H's MTP layer as Nemotron-3-Ultra ships it: config.json's num_nextn_predict_layers and
+    mtp_hybrid_override_pattern, and per block b of that pattern ``mtp.layers.{b}.*`` named as the backbone's blocks
+    (``norm``, ``mixer.*``: SGLang's nemotron_h.py load_weights(is_mtp=True) maps ``mtp.layers.`` to its draft's
+    ``model.layers.``), the first block with ``enorm`` / ``hnorm`` / ``eh_proj`` (the projection of [embedding;
+    hidden]), the last with ``final_layernorm``. The blocks are transformers' own, from a model of that pattern built
+    as the checkpoint's (seeded, routers and biases drawn alike). transformers' NemotronH builds no MTP layer."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    blocks = initialized(family, {**family.config, "hybrid_override_pattern": _NEMOTRON_H_MTP_PATTERN,
+                                  "num_hidden_layers": len(_NEMOTRON_H_MTP_PATTERN)})
+    (shard,) = folder.glob("*.safetensors")
+    tensors = load_file(str(shard))
+    H = family.config["hidden_size"]
+    for key, value in blocks.state_dict().items():
+        if key.startswith("backbone.layers."):
+            tensors[key.replace("backbone.layers.", "mtp.layers.")] = value.clone()
+    # Drafts close to the main model, so that some are accepted and a verify commits Mamba states past its first
+    # step (as _append_qwen_mtp): eh_proj passes the embedding of token t+1 on, the blocks add little.
+    for key in [k for k in tensors if k.startswith("mtp.layers.") and k.endswith(("o_proj.weight", "down_proj.weight"))]:
+        tensors[key] = tensors[key] * 0.1
+    gen = torch.Generator().manual_seed(family.seed + 2)
+    proj = torch.randn(H, 2 * H, generator=gen) * 0.01
+    proj[:, :H] += torch.eye(H)  # [embedding; hidden]: nemotron_h_mtp.py concatenates in that order
+    last = len(_NEMOTRON_H_MTP_PATTERN) - 1
+    tensors.update({"mtp.layers.0.enorm.weight": torch.ones(H), "mtp.layers.0.hnorm.weight": torch.ones(H),
+                    "mtp.layers.0.eh_proj.weight": proj, f"mtp.layers.{last}.final_layernorm.weight": torch.ones(H)})
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(shard), metadata={"format": "pt"})
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg.update(num_nextn_predict_layers=family.mtp_layers, mtp_hybrid_override_pattern=_NEMOTRON_H_MTP_PATTERN)
+    path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
 
 
 def _append_ernie_mtp(folder: Path, config, family: Family) -> None:
@@ -1636,8 +1682,9 @@ SERVERS: Dict[str, tuple] = {**{n: (n, []) for n in SERVED}, "deepseek_v3_mtp": 
                               # on (their MTP layer drafting): main rows against transformers, as GLM-4.7-Flash's
                               **{n: (n, HYBRID_FLAGS + MTP_FLAGS)
                                  for n in ("qwen3_next", "qwen3_5_moe_text", "qwen3_5_moe")},
-                              # Nemotron-H: a bounded state pool; no MTP layers (as published)
-                              "nemotron_h": ("nemotron_h", HYBRID_FLAGS),
+                              # Nemotron-H: a bounded state pool, and MTP speculation on (Nemotron-3-Ultra's MTP
+                              # head drafting: attention then MoE blocks)
+                              "nemotron_h": ("nemotron_h", HYBRID_FLAGS + MTP_FLAGS),
                               # LFM2-MoE: its short convolutions' state pool bounded likewise (unbounded, one
                               # server's scheduler held ~5 GB and was killed for memory beside the suite's others)
                               "lfm2_moe": ("lfm2_moe", HYBRID_FLAGS)}

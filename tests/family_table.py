@@ -228,8 +228,10 @@ LAYOUT: Dict[str, str] = {
     "AFMoE (Arcee Trinity)": "first `num_dense_layers` dense; without `layer_types`, or with `attention_bias`, a "
                              "`score_func` other than sigmoid, `route_norm` false or `n_group` > 1, refused",
     "Granite-MoE": "every layer MoE; `attention_bias` refused",
-    "Nemotron-H (Nemotron-3-Nano)": "one layer per `hybrid_override_pattern` block (Mamba-2, attention, MLP, MoE), MoE at "
-                                    "its `E` blocks; MTP layers, `n_shared_experts` ≠ 1, "
+    "Nemotron-H (Nemotron-3)": "one layer per `hybrid_override_pattern` block (Mamba-2, attention, MLP, MoE), MoE at "
+                                    "its `E` blocks; one MTP layer of attention and MoE blocks (Nemotron-3-Ultra's "
+                                    "`*E`: its MoE block's router); more MTP layers or other MTP blocks, "
+                                    "`n_shared_experts` ≠ 1, "
                                     "`mlp_hidden_act` ≠ relu2, `mamba_hidden_act` ≠ silu, `mlp_bias`, `sliding_window` "
                                     "and `n_groups` ≠ `mamba_n_groups` refused",
 }

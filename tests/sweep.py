@@ -273,9 +273,11 @@ SPECS: Dict[str, tuple] = {
                                        rope_theta=10000)),
     # Nemotron-3-Nano: its blocks as hybrid_override_pattern, Mamba-2 and MoE keys as
     # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 publishes them (n_groups 8, conv_kernel, chunk_size, sigmoid router
-    # with one group, routed_scaling_factor, one shared expert; num_hidden_layers beside the pattern; no MTP), and one
-    # MLP block ('-', which the release has none of) so that every block kind is built.
-    "NemotronHForCausalLM": ("nemotron_h", dict(_NEMOTRON_H, hybrid_override_pattern="ME*EM-E", num_hidden_layers=7)),
+    # with one group, routed_scaling_factor, one shared expert; num_hidden_layers beside the pattern), one MLP block
+    # ('-', which the release has none of) so that every block kind is built, and Nemotron-3-Ultra's MTP head (one
+    # MTP layer of an attention and a MoE block: its draft, NemotronHForCausalLMMTP, built and checked too).
+    "NemotronHForCausalLM": ("nemotron_h", dict(_NEMOTRON_H, hybrid_override_pattern="ME*EM-E", num_hidden_layers=7,
+                                                num_nextn_predict_layers=1, mtp_hybrid_override_pattern="*E")),
     # Intern-S1: Qwen3-MoE's text model (its architecture named in text_config, as internlm/Intern-S1 publishes it,
     # interns1.py picks its language model by it) and a one-layer InternViT tower with the vision keys SGLang reads;
     # its config class is the release's own code (here the stand-in, tests/families.py STAND_INS).

@@ -177,19 +177,77 @@ def test_decode_convolution_is_transformers_update():
             torch.testing.assert_close(states[int(slots[b])], window[0], atol=0, rtol=0)
 
 
-def test_speculative_and_tracking_calls_are_refused():
+def test_verify_update_is_transformers_recurrent_update_per_draft_step_and_leaves_the_slot():
+    # A target verify (MTP speculation, a chain of T drafts), as MambaMixer2.forward's TARGET_VERIFY branch calls
+    # the kernel: x, dt [batch, T, H, P], B, C [batch, T, G, N]; each step's state kept at
+    # intermediate_states_buffer[intermediate_state_indices[b], t] for the commit of the accepted drafts, the slot
+    # left as it was (disable_state_update). Oracle: transformers' recurrent update, one draft token after another.
+    m = _modeling()
+    update = _torch_path(m.mamba2_selective_state_update)
+    H, P, N, T = 8, 4, 16, 3
+    pool = _pool(5)
+    before = pool.clone()
+    slots = torch.tensor([3, 0, -1])  # -1: a padded row
+    x, dt, A, B, C, D, dt_bias, _ = _ssm_inputs([T] * 3, seed=40)
+    xv = x[0].view(3, T, H, P)
+    dtv = dt[0].view(3, T, H)[..., None].expand(-1, -1, -1, P)
+    Bv, Cv = B[0].view(3, T, 2, N), C[0].view(3, T, 2, N)
+    A_d = A[:, None, None].expand(-1, P, N)
+    D_d, bias_d = D[:, None].expand(-1, P), dt_bias[:, None].expand(-1, P)
+    out = torch.empty(3, T, H, P)
+    steps = torch.full((3, T, H, P, N), 7.0)
+    mamba2.selective_state_update(pool, xv, dtv, A_d, Bv, Cv, D_d, z=None, dt_bias=bias_d, dt_softplus=True,
+                                  state_batch_indices=slots, out=out, disable_state_update=True,
+                                  intermediate_states_buffer=steps, cache_steps=T,
+                                  intermediate_state_indices=torch.arange(3, dtype=torch.int32))
+    for b in range(3):
+        state = (pool[int(slots[b])].clone() if slots[b] >= 0 else torch.zeros(H, P, N))[None]
+        for t in range(T):
+            want = update(state, xv[b, t:t + 1], dtv[b, t:t + 1], A_d, Bv[b, t:t + 1], Cv[b, t:t + 1], D_d,
+                          dt_bias=bias_d, dt_softplus=True)  # advances ``state`` in place
+            torch.testing.assert_close(out[b, t], want[0], atol=ATOL, rtol=1e-4)
+            if slots[b] >= 0:
+                torch.testing.assert_close(steps[b, t], state[0], atol=ATOL, rtol=1e-4)
+    assert (steps[2] == 7.0).all()  # a padded row keeps no step states, as the kernel
+    torch.testing.assert_close(pool, before, atol=0, rtol=0)  # the commit, not the verify, writes the slots
+
+
+def test_verify_convolution_is_transformers_update_per_draft_step_and_keeps_each_window():
+    m = _modeling()
+    conv_update = _torch_path(m.causal_conv1d_update)
+    _, weight, bias, _ = _conv_inputs([1])
+    states = torch.randn(3, 12, 3, generator=torch.Generator().manual_seed(5))
+    before = states.clone()
+    slots = torch.tensor([2, 0], dtype=torch.int32)
+    T = 4
+    x = torch.randn(2, 12, T, generator=torch.Generator().manual_seed(6))  # [batch, dim, draft], as the mixer
+    windows = torch.zeros(2, T, 12, 3)
+    out = mamba2.causal_conv1d_update(x, states, weight, bias, "silu", conv_state_indices=slots,
+                                      intermediate_conv_window=windows,
+                                      intermediate_state_indices=torch.arange(2, dtype=torch.int32))
+    for b in range(2):
+        window = before[int(slots[b])][None].clone()
+        for t in range(T):
+            want = conv_update(x[b:b + 1, :, t:t + 1], window, weight, bias, activation="silu")  # advances window
+            torch.testing.assert_close(out[b, :, t], want[0, :, 0], atol=ATOL, rtol=1e-4)
+            torch.testing.assert_close(windows[b, t], window[0], atol=0, rtol=0)
+
+
+def test_drafted_trees_and_tracking_calls_are_refused():
     x, dt, A, B, C, D, dt_bias, cu = _ssm_inputs([3])
     with pytest.raises(NotImplementedError, match="extra_buffer"):
         mamba2.mamba_chunk_scan_combined(x, dt, A, B, C, 128, cu_seqlens=cu, return_varlen_states=True,
                                          return_track_states=True, track_seq_idx=torch.tensor([0]),
                                          track_end_locs=torch.tensor([2]))
-    with pytest.raises(NotImplementedError, match="MTP"):
+    with pytest.raises(NotImplementedError, match="topk"):
         mamba2.selective_state_update(_pool(1), x[0, :1], dt[0, :1, :, None].expand(-1, -1, 4),
                                       A[:, None, None].expand(-1, 4, 16), B[0, :1], C[0, :1],
-                                      state_batch_indices=torch.tensor([0]), disable_state_update=True)
-    with pytest.raises(NotImplementedError, match="MTP"):
+                                      state_batch_indices=torch.tensor([0]), disable_state_update=True,
+                                      retrieve_parent_token=torch.zeros(1, 1, dtype=torch.int64))
+    with pytest.raises(NotImplementedError, match="topk"):
         mamba2.causal_conv1d_update(torch.randn(1, 12, 2), torch.zeros(1, 12, 3), torch.randn(12, 4),
-                                    intermediate_conv_window=torch.zeros(1, 2, 12, 3))
+                                    intermediate_conv_window=torch.zeros(1, 2, 12, 3),
+                                    retrieve_next_token=torch.zeros(1, 2, dtype=torch.int64))
 
 
 @pytest.mark.sglang

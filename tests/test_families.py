@@ -112,7 +112,12 @@ torch code in tests/test_cpu_mamba2.py). Served with ``SGLANG_MAMBA_CONV_DTYPE=f
 convolution window in bfloat16 whatever ``--dtype`` says (on CUDA too), and with it a float32 model's decode was ~1e-4
 off transformers' logprobs (1 to 3 of ~400 sampled (token, layer) pairs moved). Its time-step biases are kept above
 ``time_step_min``: transformers' chunked scan (the oracle's one forward) clamps the step there, SGLang's kernels and
-transformers' own decode do not.
+transformers' own decode do not. The checkpoint carries Nemotron-3-Ultra's MTP head (``num_nextn_predict_layers`` 1,
+``mtp_hybrid_override_pattern`` ``*E``: an attention and a MoE block, ``mtp.layers.{0,1}.*``), served with MTP
+speculation on: each verify runs the Mamba-2 mixers over the drafts (cpu/mamba2.py keeps each step's state and window,
+cpu/gdn.py's commit writes the accepted step's), and every main row is still transformers' router top-k. Its flipped
+checkpoint (the same head) is served with speculation off, as a checkpoint with an MTP head is when a user does not
+speculate.
 gpt-oss (softmax over the top-k router logits with a router bias, clamped SwiGLU experts with biases, attention
 sinks, sliding-window layers of 8 tokens alternating with full ones): SGLang asserts an attention backend with sinks
 (torch_native has none) and picks the triton_kernels MoE runner; the CPU runtime adds the sinks to torch_native
@@ -780,12 +785,13 @@ def test_deepseek_v3_mtp_sampled_rows_are_transformers_router_topk(served, oracl
 
 
 
-@pytest.mark.parametrize("served", ["qwen3_next", "qwen3_5_moe"], indirect=True)
+@pytest.mark.parametrize("served", ["qwen3_next", "qwen3_5_moe", "nemotron_h"], indirect=True)
 def test_hybrid_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged(served, oracles):
-    # Qwen3-Next and Qwen3.5-MoE are served with their MTP layer drafting (tests/families.py SERVERS), so every row
-    # of the families' other tests is already spec on = transformers (which never speculates). Here: drafts are
-    # accepted (a verify commits the recurrent state and conv window of a step past the first:
-    # cpu/gdn.py's verify convolution and commit), and the draft's routing sits in the MTP section at depth 1.
+    # Qwen3-Next, Qwen3.5-MoE and Nemotron-H are served with their MTP layer drafting (tests/families.py SERVERS), so
+    # every row of the families' other tests is already spec on = transformers (which never speculates). Here: drafts
+    # are accepted (a verify commits the recurrent state and conv window of a step past the first: cpu/gdn.py's
+    # verify convolution and commit, cpu/mamba2.py's Mamba-2 verify), and the draft's routing sits in the MTP section
+    # at depth 1 (Nemotron-H's MTP layer: attention then MoE blocks, its router in the second).
     prompts = [list(p.encode()) for p in PROMPTS]
     for name in (n for n in served.families if MTP_FLAGS[0] in SERVERS[n][1]):  # not the flipped: served spec off
         url, trace = served.urls[name], oracles(name)

@@ -126,7 +126,9 @@ def test_nemotron_h_block_types_in_every_spelling_are_one_layout():
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers=1"),
+    ({"num_nextn_predict_layers": 2}, "num_nextn_predict_layers=2"),  # nemotron_h_mtp.py asserts one
+    ({"num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "M*E"}, "attention and MoE blocks only"),
+    ({"num_nextn_predict_layers": 1, "mtp_hybrid_override_pattern": "*EE"}, "2 MoE blocks in one MTP layer"),
     ({"n_shared_experts": 2}, "n_shared_experts=2"),
     ({"mlp_hidden_act": "silu"}, "mlp_hidden_act='silu'"),
     ({"mamba_hidden_act": "gelu"}, "mamba_hidden_act='gelu'"),
@@ -138,6 +140,21 @@ def test_nemotron_h_block_types_in_every_spelling_are_one_layout():
 def test_nemotron_h_configs_sglang_and_transformers_build_differently_are_refused_naming_the_key(change, words):
     with pytest.raises(LayoutError, match=re.escape(words)):
         layout_from_hf_config(_nemotron(**change))
+
+
+@pytest.mark.parametrize("mtp", [{}, {"mtp_hybrid_override_pattern": "*E"},
+                                 {"mtp_layers_block_type": ["attention", "moe"]}])
+def test_nemotron_h_mtp_head_as_ultra_publishes_it_is_one_moe_mtp_layer_after_the_decoder(mtp):
+    # Nemotron-3-Ultra: num_nextn_predict_layers 1, its head attention then MoE ("*E", SGLang's class default too):
+    # one MTP layer whose router is the MoE block's (served with speculation on: tests/test_families.py nemotron_h).
+    nano = layout_from_hf_config(_nemotron())
+    ultra = layout_from_hf_config(_nemotron(num_nextn_predict_layers=1, **mtp))
+    assert ultra.moe_layer_ids == nano.moe_layer_ids and nano.num_mtp_layers == 0
+    assert [(l.id, l.depth, l.num_experts, l.topk) for l in ultra.mtp_layers] == [
+        (nano.num_hidden_layers, 1, nano.num_experts, nano.topk)]
+    # a head of attention only: a dense MTP layer (no router)
+    dense = layout_from_hf_config(_nemotron(num_nextn_predict_layers=1, mtp_hybrid_override_pattern="*"))
+    assert [l.num_experts for l in dense.mtp_layers] == [0]
 
 
 def test_nemotron_h_mixer_groups_given_in_both_spellings_that_agree_are_served():

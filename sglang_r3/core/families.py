@@ -1157,8 +1157,10 @@ def _nemotron_h(v, arch) -> Stack:
     n_routed_experts (sigmoid scores, e_score_correction_bias, grouped top-k), num_experts_per_tok.
 
     Refused, naming the key, where SGLang 0.5.23 and transformers' NemotronH build different models, or where
-    sglang-r3 has not proven SGLang's path: num_nextn_predict_layers > 0 (nemotron_h_mtp.py's MTP layers;
-    Nemotron-3-Nano publishes none), n_shared_experts other than 1
+    SGLang does not serve: num_nextn_predict_layers > 1 (nemotron_h_mtp.py asserts one MTP layer), an MTP block
+    pattern (mtp_layers_block_type / mtp_hybrid_override_pattern) with Mamba or MLP blocks (it builds attention and
+    MoE blocks only) or more than one MoE block (one router per MTP layer in the record); n_shared_experts other
+    than 1
     (SGLang widens the shared expert by it, transformers builds one of moe_shared_expert_intermediate_size
     whatever it says), mlp_hidden_act other than relu2 (SGLang's dense and shared MLPs are ReLU^2 whatever it
     says), mamba_hidden_act other than silu (SGLang's convolution kernels apply silu or nothing), mlp_bias
@@ -1172,9 +1174,18 @@ def _nemotron_h(v, arch) -> Stack:
     k = _int(v, "num_experts_per_tok", arch)
     n_mtp = _int(v, "num_nextn_predict_layers", arch, default=0)
     refusals = []
-    if n_mtp:
-        refusals.append(f"num_nextn_predict_layers={n_mtp}: SGLang's Nemotron-H MTP layers (nemotron_h_mtp.py) are "
-                        f"not proven by sglang-r3 (Nemotron-3-Nano publishes none)")
+    # One MTP layer (Nemotron-3-Ultra's head: attention then MoE, "*E"): SGLang's draft runs its blocks in order,
+    # eh_proj of [embedding; hidden] first, one final norm last (nemotron_h_mtp.py).
+    mtp_blocks = list(v.get("mtp_layers_block_type") or []) if n_mtp else []
+    if n_mtp > 1:
+        refusals.append(f"num_nextn_predict_layers={n_mtp}: SGLang's nemotron_h_mtp.py serves one MTP layer "
+                        f"(it asserts so)")
+    if set(mtp_blocks) - {"attention", "moe"}:
+        refusals.append(f"mtp_layers_block_type={mtp_blocks}: SGLang's nemotron_h_mtp.py builds attention and MoE "
+                        f"blocks only")
+    if mtp_blocks.count("moe") > 1:
+        refusals.append(f"mtp_layers_block_type={mtp_blocks}: {mtp_blocks.count('moe')} MoE blocks in one MTP "
+                        f"layer (the record holds one router per MTP layer)")
     shared = _int(v, "n_shared_experts", arch)
     if shared != 1:
         refusals.append(f"n_shared_experts={shared}: SGLang builds a shared expert "
@@ -1193,7 +1204,7 @@ def _nemotron_h(v, arch) -> Stack:
                         f"transformers' NemotronH attends to every key")
     if refusals:
         raise RuleError(f"{arch}: " + "; ".join(refusals) + "; refusing")
-    return _stack(L, lambda i: types[i] == "moe", E, k)
+    return _stack(L, lambda i: types[i] == "moe", E, k, n_mtp, mtp_moe="moe" in mtp_blocks)
 
 
 # step3p5_mtp.py builds every MTP layer's block as Step3p5DecoderLayer(layer_id=45) ("FIXME"): each
@@ -1375,10 +1386,11 @@ FAMILIES: Tuple[Family, ...] = (
     Family("Granite-MoE", {"GraniteMoeForCausalLM": "granitemoe"}, {"granitemoe": _GRANITEMOE}, _granitemoe),
     Family("LFM2-MoE", {"Lfm2MoeForCausalLM": "lfm2_moe"}, {"lfm2_moe": _LFM2_MOE}, _lfm2_moe),
     Family("AFMoE (Arcee Trinity)", {"AfmoeForCausalLM": "afmoe"}, {"afmoe": _AFMOE}, _afmoe),
-    # Nemotron-3-Nano (nemotron_h.py): Mamba-2, attention, MLP and MoE blocks of one hybrid pattern, each a
-    # decoder layer; MoE at the pattern's E blocks. No MTP layers (as published; nemotron_h_mtp.py refused).
-    Family("Nemotron-H (Nemotron-3-Nano)", {"NemotronHForCausalLM": "nemotron_h"}, {"nemotron_h": _NEMOTRON_H},
-           _nemotron_h),
+    # Nemotron-3 (nemotron_h.py): Mamba-2, attention, MLP and MoE blocks of one hybrid pattern, each a decoder
+    # layer; MoE at the pattern's E blocks. Nano publishes no MTP layer; Ultra one (nemotron_h_mtp.py: its blocks,
+    # attention then MoE, drafting as one NextN layer reused per step).
+    Family("Nemotron-H (Nemotron-3)", {"NemotronHForCausalLM": "nemotron_h"}, {"nemotron_h": _NEMOTRON_H},
+           _nemotron_h, mtp=MTP_NEXTN),
     Family("DBRX", {"DbrxForCausalLM": "dbrx"}, refusal=_DBRX_REFUSAL),
     Family("DeepSeek-V4", {"DeepseekV4ForCausalLM": "deepseek_v4"}, refusal=_DEEPSEEK_V4_REFUSAL, mtp=MTP_NEXTN),
     Family("MiMo-V2-Flash", {"MiMoV2FlashForCausalLM": "mimo_v2_flash", "MiMoV2ForCausalLM": "mimo_v2_flash"},

@@ -31,9 +31,11 @@ head_dim, state_size)``, as transformers' recurrent state). Computation is float
 (states in the pool's). Checked against transformers' torch code (``modeling_nemotron_h``: its segment-sum chunk
 scan, recurrent update, convolutions and gated norm) in tests/test_cpu_mamba2.py.
 
-Not served on the CPU runtime, refused where asked: MTP verify passes (intermediate states and windows: Nemotron-H's
-MTP layers are refused by its layout rule), the radix cache's mamba state tracking (``--mamba-radix-cache-strategy
-extra_buffer``).
+A target verify (MTP speculation, a drafted chain) runs the same two stand-ins with the kernels' verify arguments: each
+draft step's convolution window and recurrent state kept for the commit of the accepted drafts (cpu/gdn.py's
+scatter, the commit gated delta-net's verify shares), the slot's state left as it was. Not served on the CPU
+runtime, refused where asked: a drafted tree (``--speculative-eagle-topk`` > 1, refused at start-up), the radix
+cache's mamba state tracking (``--mamba-radix-cache-strategy extra_buffer``).
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from typing import Any, Dict, Iterator, Optional
 import torch
 import torch.nn.functional as F
 
-from sglang_r3.serving.patches.cpu.gdn import causal_conv1d_fwd_cpu, causal_conv1d_update_cpu
+from sglang_r3.serving.patches.cpu.gdn import (causal_conv1d_fwd_cpu, causal_conv1d_update_cpu,
+                                               causal_conv1d_verify_update)
 
 _MAMBA = "sglang.srt.layers.attention.mamba.mamba"
 _FORWARD_TARGET = f"{_MAMBA}.MambaMixer2.forward"
@@ -79,9 +82,18 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
                          conv_state_indices=None, num_accept_tokens=None, intermediate_conv_window=None,
                          intermediate_state_indices=None, retrieve_next_token=None, retrieve_next_sibling=None,
                          retrieve_parent_token=None, pad_slot_id=PAD_SLOT_ID, metadata=None, validate_data=False):
-    """x [batch, dim] (one token each) -> [batch, dim]; each slot's window advances."""
-    if intermediate_conv_window is not None or num_accept_tokens is not None or retrieve_next_token is not None:
-        raise NotImplementedError("sglang-r3 CPU runtime: a Mamba-2 speculative verify's convolution (MTP)")
+    """Decode: x [batch, dim] (one token each) -> [batch, dim]; each slot's window advances. A target verify
+    (``intermediate_conv_window`` given): x [batch, dim, draft] -> [batch, dim, draft], each draft step's window
+    kept for the commit of the accepted ones (cpu/gdn.py's ``causal_conv1d_verify_update``: the same kernel call,
+    gated delta-net's verify). A drafted chain only: SGLang passes the retrieve_* trees for
+    ``--speculative-eagle-topk`` > 1, which start-up refuses."""
+    if num_accept_tokens is not None or retrieve_next_token is not None or retrieve_next_sibling is not None \
+            or retrieve_parent_token is not None:
+        raise NotImplementedError("sglang-r3 CPU runtime: a Mamba-2 convolution over a drafted tree "
+                                  "(--speculative-eagle-topk > 1) or with accepted-token counts")
+    if intermediate_conv_window is not None:
+        return causal_conv1d_verify_update(x, conv_state, weight, bias, _silu(activation), conv_state_indices,
+                                           intermediate_conv_window, intermediate_state_indices, pad_slot_id)
     return causal_conv1d_update_cpu(x, conv_state, weight, bias, _silu(activation), cache_seqlens,
                                     conv_state_indices, pad_slot_id, False)
 
@@ -178,29 +190,44 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
                            state_batch_indices=None, pad_slot_id=PAD_SLOT_ID, out=None, disable_state_update=False,
                            intermediate_states_buffer=None, cache_steps=None, retrieve_parent_token=None,
                            intermediate_state_indices=None):
-    """One token per request: state [slots, H, P, N], x [batch, H, P], dt [batch, H, P], A [H, P, N], B, C
-    [batch, G, N], D, dt_bias [H, P] -> ``out`` [batch, H, P] written; each request's slot advanced (a padded row's,
-    ``pad_slot_id``, computed from a zero state and not stored, as the kernel does)."""
-    if disable_state_update or intermediate_states_buffer is not None or retrieve_parent_token is not None:
-        raise NotImplementedError("sglang-r3 CPU runtime: a Mamba-2 speculative verify's state update (MTP)")
+    """state [slots, H, P, N]; decode: x [batch, H, P], dt [batch, H, P], B, C [batch, G, N]; a target verify:
+    x, dt [batch, T, H, P], B, C [batch, T, G, N] (T draft steps from the slot's state). A [H, P, N], D, dt_bias
+    [H, P] -> ``out`` written. As the Triton kernel (``_selective_scan_update_kernel``): each step's state into
+    ``intermediate_states_buffer[intermediate_state_indices[b], t]`` where given (the commit of accepted drafts reads
+    it), the slot advanced over every step unless ``disable_state_update``; a padded row (``pad_slot_id``) computed
+    from a zero state, nothing stored. A drafted chain only (``retrieve_parent_token``: a tree, refused)."""
+    if retrieve_parent_token is not None:
+        raise NotImplementedError("sglang-r3 CPU runtime: a Mamba-2 state update over a drafted tree "
+                                  "(--speculative-eagle-topk > 1)")
     if z is not None:
         raise NotImplementedError("sglang-r3 CPU runtime: selective_state_update with a gate z")
-    if x.dim() != 3:
+    steps_dim = x.dim() == 4
+    if x.dim() not in (3, 4):
         raise NotImplementedError(f"sglang-r3 CPU runtime: selective_state_update on x of shape {tuple(x.shape)}")
-    heads = x.shape[1]
-    steps = _dt(dt, dt_bias, dt_softplus)  # [batch, H, P]
-    Bh, Ch = _per_head(B.float(), heads), _per_head(C.float(), heads)  # [batch, H, N]
+    if not steps_dim:
+        x, dt, B, C = x[:, None], dt[:, None], B[:, None], C[:, None]
+    heads = x.shape[2]
+    steps = _dt(dt, dt_bias, dt_softplus)  # [batch, T, H, P]
+    Bh, Ch = _per_head(B.float(), heads), _per_head(C.float(), heads)  # [batch, T, H, N]
+    a = A.float()
     slots = state_batch_indices.tolist() if state_batch_indices is not None else list(range(x.shape[0]))
+    cache_rows = (intermediate_state_indices.tolist() if intermediate_state_indices is not None else slots)
     y = torch.zeros(x.shape, dtype=torch.float32)
     for b, slot in enumerate(slots):
         padded = slot == pad_slot_id  # as the kernel: computed from a zero state, the state not stored
         h = state.new_zeros(state.shape[1:], dtype=torch.float32) if padded else state[slot].float()
-        h = h * torch.exp(steps[b][..., None] * A.float()) + (steps[b] * x[b].float())[..., None] * Bh[b][:, None, :]
-        y[b] = (h * Ch[b][:, None, :]).sum(-1)
-        if not padded:
+        for t in range(x.shape[1]):
+            dt_t = steps[b, t]
+            h = h * torch.exp(dt_t[..., None] * a) + (dt_t * x[b, t].float())[..., None] * Bh[b, t][:, None, :]
+            y[b, t] = (h * Ch[b, t][:, None, :]).sum(-1)
+            if intermediate_states_buffer is not None and not padded:
+                intermediate_states_buffer[cache_rows[b], t] = h.to(intermediate_states_buffer.dtype)
+        if not padded and not disable_state_update:
             state[slot] = h.to(state.dtype)
     if D is not None:
         y = y + x.float() * D.float()
+    if not steps_dim:
+        y = y[:, 0]
     if out is None:
         return y.to(x.dtype)
     out.copy_(y.to(out.dtype).view(out.shape))
