@@ -27,6 +27,9 @@ CPU_SERVER_FLAGS: List[List[str]] = [n.argv for n in settings.CAPTURE_NEEDS if n
 
 _STUB_SOURCE = "libcuda_stub.c"
 
+# torch's switch that runs torch.compile'd functions eagerly (read when a process imports torch).
+EAGER_ENV = "TORCHDYNAMO_DISABLE"
+
 
 class CpuBootstrapError(RuntimeError):
     """The CPU runtime cannot be prepared (e.g. no C compiler)."""
@@ -93,6 +96,11 @@ def activate_cpu_runtime() -> Path:
     # process load the stub now so sgl_kernel's import resolves against it.
     ctypes.CDLL(str(stub_dir / "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)
     os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
+    # SGLang torch.compiles a few functions for its GPU kernels' sake (moe/topk.py's grouped and biased top-k, parts
+    # of its sampler and rotary embedding). On a CPU TorchInductor compiles each with the C++ compiler in every
+    # scheduler process at its first forward: 30 s of a one-rank server's start-up on 2 cores, 85 s of a 2-rank DP
+    # server's. The CPU runtime runs them eagerly: the same Python, the same math. TORCHDYNAMO_DISABLE=0 compiles.
+    os.environ.setdefault(EAGER_ENV, "1")
     settings.publish({settings.CPU: "1"})
     return stub_dir
 
