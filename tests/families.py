@@ -12,6 +12,7 @@ import hashlib
 import importlib.metadata
 import json
 import shutil
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -1155,7 +1156,7 @@ def build(family: Family, out: Optional[Path] = None) -> Path:
                    + (["hub_tensors"] if family.hub_tensors else [])
                    + ([family.published, family.mtp_format] if family.published else [])
                    + (["qwen mtp drafts close"] if family.mtp_format == "qwen" else [])
-                   + ([family.mtp_format, family.mtp_layers] if family.mtp_format == "nemotron_h" else [])
+                   + ([family.mtp_format, family.mtp_layers, "mtp blocks as saved"] if family.mtp_format == "nemotron_h" else [])
                    + (["post_init"] if family.post_init else []), sort_keys=True).encode()
     ).hexdigest()[:12]
     out = out or cache_root() / "families" / f"{family.name}-{key}"
@@ -1274,12 +1275,18 @@ def _append_nemotron_h_mtp(folder: Path, family: Family) -> None:
 
     blocks = initialized(family, {**family.config, "hybrid_override_pattern": _NEMOTRON_H_MTP_PATTERN,
                                   "num_hidden_layers": len(_NEMOTRON_H_MTP_PATTERN)})
+    # Saved as the checkpoint is (the Hub's names: backbone.layers.*, experts one by one), then renamed: the
+    # in-memory state_dict names them model.layers.* with the experts fused, which no release carries.
+    with tempfile.TemporaryDirectory() as saved:
+        blocks.save_pretrained(saved)
+        (block_shard,) = Path(saved).glob("*.safetensors")
+        head = {k.replace("backbone.layers.", "mtp.layers."): v for k, v in load_file(str(block_shard)).items()
+                if k.startswith("backbone.layers.")}
     (shard,) = folder.glob("*.safetensors")
     tensors = load_file(str(shard))
     H = family.config["hidden_size"]
-    for key, value in blocks.state_dict().items():
-        if key.startswith("backbone.layers."):
-            tensors[key.replace("backbone.layers.", "mtp.layers.")] = value.clone()
+    assert head and not set(head) & set(tensors), "the MTP blocks' tensors are missing or clash"
+    tensors.update(head)
     # Drafts close to the main model, so that some are accepted and a verify commits Mamba states past its first
     # step (as _append_qwen_mtp): eh_proj passes the embedding of token t+1 on, the blocks add little.
     for key in [k for k in tensors if k.startswith("mtp.layers.") and k.endswith(("o_proj.weight", "down_proj.weight"))]:

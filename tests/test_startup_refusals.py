@@ -412,6 +412,22 @@ def test_multi_layer_eagle_with_more_draft_steps_than_mtp_layers_is_refused(sgla
     _assert_only_flag(err, "--speculative-num-steps 3", "MultiLayerEagleWorkerV2", "2 MTP layer(s)")
 
 
+@pytest.mark.parametrize("name", [  # gated delta-net, Mamba-2
+    "qwen3_next",
+    pytest.param("nemotron_h", marks=pytest.mark.skipif(
+        _release() == "0.5.15.post1", reason="building the checkpoint with 0.5.15's transformers 5.12 fetches "
+        "NemotronH's causal-conv1d kernel from the Hub (no network in CI)")),
+])
+def test_a_drafted_tree_over_linear_attention_layers_on_the_cpu_runtime_is_refused(sglang_args, name):
+    # The CPU runtime's gated delta-net and Mamba-2 mixers verify a drafted chain (one state per draft step); a
+    # tree's first verify stopped the scheduler. Both checkpoints are the family tests' (served with a chain there);
+    # the embedded model (no linear attention) keeps serving TREE (test_supported_configuration_passes_the_check).
+    from tests.families import FAMILIES, HYBRID_FLAGS, build
+
+    err = _refusal(sglang_args, ["--model-path", str(build(FAMILIES[name])), *HYBRID_FLAGS, *TREE])
+    _assert_only_flag(err, "--speculative-eagle-topk 2", "linear-attention", "--speculative-eagle-topk 1")
+
+
 def test_two_batch_overlap_is_refused(sglang_args):
     err = _refusal(sglang_args, ["--enable-two-batch-overlap"])
     _assert_only_flag(err, "--enable-two-batch-overlap", "micro-batches")

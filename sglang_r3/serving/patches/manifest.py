@@ -119,6 +119,14 @@ MANIFEST: Tuple[Touch, ...] = (
           attrs=("is_draft_worker", "model", "model_config", "device", "token_to_kv_pool", "max_running_requests",
                  "max_token_pool_size", "max_total_num_tokens", "page_size", "server_args", "draft_model_idx",
                  "forward"), releases=R15),
+    Touch(_MR, "reads", "start-up, CPU only: whether a model has linear-attention layers (SGLang's own test; a "
+          "property evaluated on a bare runner given model_config, is_draft_worker and its registry cache)",
+          attrs=("mambaish_config",), releases=R15),
+    Touch("sglang.srt.model_executor.model_runner", "reads", "the unset marker of the runner's registry cache",
+          attrs=("_UNSET",), releases=R15),
+    Touch("sglang.srt.configs.hybrid_arch.mambaish_config", "uses",
+          "start-up, CPU only: whether a model has linear-attention layers (SGLang's own test: it picks the hybrid "
+          "attention backend by it)", "(model_config)", R23),
     Touch("sglang.srt.managers.schedule_batch.Req", "reads", "a finished request's tokens and its KV row",
           attrs=("rid", "return_routed_experts", "origin_input_ids", "output_ids_through_stop", "routed_experts_start_len",
                  "routed_experts", "kv", "sampling_params", "finished", "multimodal_inputs"), releases=R23),

@@ -235,6 +235,21 @@ def model_config_of(server_args):
     return of(server_args)
 
 
+def linear_attention_config(model_config) -> Any:
+    """The config of a model's linear-attention layers (Mamba-2, gated delta-net, KDA, lightning) by SGLang's own
+    test (the one that picks its hybrid attention backend), None for a model without them."""
+    if is_0_5_15():  # a ModelRunner property there; it reads model_config, is_draft_worker and a registry cache
+        from sglang.srt.model_executor import model_runner
+
+        runner = object.__new__(model_runner.ModelRunner)
+        runner.model_config, runner.is_draft_worker = model_config, False
+        runner._linear_attn_registry_cache = model_runner._UNSET
+        return runner.mambaish_config
+    from sglang.srt.configs.hybrid_arch import mambaish_config
+
+    return mambaish_config(model_config)
+
+
 def attn_tp_size_of(cfg) -> int:
     if is_0_5_15():
         dp = cfg.dp_size if cfg.enable_dp_attention else 1

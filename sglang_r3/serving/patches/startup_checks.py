@@ -163,7 +163,7 @@ def _refusals(cfg: Any, names: _FlagNames, *, resolved: bool, raw: Any = None) -
     """Every refusal for ``cfg``: the raw record, or the resolved view (then ``raw`` is the record)."""
     out: List[Refusal] = []
     for rule in (_parallelism, _moe_routing_layout, _kv_restore, _disaggregation, _speculative, _serving,
-                 _checkpoint, _dsa_on_cpu, _swa_shapes_on_cpu):
+                 _checkpoint, _dsa_on_cpu, _swa_shapes_on_cpu, _linear_attention_tree_on_cpu):
         for hit in rule(cfg, names, resolved=resolved):
             if hit.field.isupper():  # an environment variable, not a ServerArgs field
                 flag = f"{hit.field}={hit.value} (environment variable)"
@@ -450,6 +450,28 @@ def _dsa_on_cpu(cfg, names, *, resolved) -> Rule:
             f"while a sequence has at most index_topk={topk} tokens; pass --context-length {topk} or less (a GPU "
             f"serves it with SGLang's DSA kernels)"
         ))
+
+
+def _linear_attention_tree_on_cpu(cfg, names, *, resolved) -> Rule:
+    """The CPU runtime's Mamba-2 and gated delta-net mixers (patches/cpu/mamba2.py, cpu/gdn.py) verify a drafted
+    chain, one state per draft step; a drafted tree (--speculative-eagle-topk > 1) stopped the scheduler at its
+    first verify. (Resolved pass: SGLang's own draft settings and its own test for linear-attention layers.)"""
+    if not resolved or cfg.device != "cpu" or cfg.speculative_algorithm is None:
+        return
+    if cfg.speculative_eagle_topk in (None, 1):
+        return
+    try:
+        from sglang_r3.serving.patches.release import linear_attention_config, model_config_of
+
+        if linear_attention_config(model_config_of(cfg)) is None:
+            return
+    except Exception:  # noqa: BLE001 -- a config that does not load: SGLang's own start-up says why
+        return
+    yield _Hit("speculative_eagle_topk", cfg.speculative_eagle_topk, (
+        "on the CPU runtime a model with linear-attention (Mamba-2 / gated delta-net) layers verifies a drafted "
+        "chain only: its recurrent state is kept per draft step along one chain; pass --speculative-eagle-topk 1 "
+        "(a GPU serves trees with SGLang's kernels)"
+    ))
 
 
 def _swa_shapes_on_cpu(cfg, names, *, resolved) -> Rule:

@@ -126,7 +126,8 @@ def causal_conv1d_verify_update(x, conv_states, weight, bias, silu_activation, c
     ``causal_conv1d_update`` with ``intermediate_conv_window``: x [batch, dim, draft] -> out [batch, dim, draft];
     the window after draft step i (the last ``width - 1`` inputs up to it) at ``[intermediate_state_indices[b], i]``;
     the slot advanced over every draft, as the kernel leaves it (the commit then writes the accepted step's
-    window over it). A drafted chain only: start-up refuses ``--speculative-eagle-topk`` > 1."""
+    window over it). A drafted chain only: start-up refuses ``--speculative-eagle-topk`` > 1 for a model with
+    linear-attention layers (startup_checks ``_linear_attention_tree_on_cpu``)."""
     width_m1 = weight.shape[-1] - 1
     slots = conv_state_indices.tolist()
     rows = intermediate_state_indices.tolist()

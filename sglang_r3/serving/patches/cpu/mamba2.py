@@ -35,7 +35,8 @@ A target verify (MTP speculation, a drafted chain) runs the same two stand-ins w
 draft step's convolution window and recurrent state kept for the commit of the accepted drafts (cpu/gdn.py's
 scatter, the commit gated delta-net's verify shares), the slot's state left as it was. Not served on the CPU
 runtime, raising where asked (the scheduler stops; no row is served): a drafted tree (``--speculative-eagle-topk``
-> 1: not yet refused at start-up), the radix cache's mamba state tracking (``--mamba-radix-cache-strategy
+> 1, which start-up refuses for a model with linear-attention layers: startup_checks
+``_linear_attention_tree_on_cpu``), the radix cache's mamba state tracking (``--mamba-radix-cache-strategy
 extra_buffer``).
 """
 
@@ -87,7 +88,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     (``intermediate_conv_window`` given): x [batch, dim, draft] -> [batch, dim, draft], each draft step's window
     kept for the commit of the accepted ones (cpu/gdn.py's ``causal_conv1d_verify_update``: the same kernel call,
     gated delta-net's verify). A drafted chain only: SGLang passes the retrieve_* trees for
-    ``--speculative-eagle-topk`` > 1, which raise here (not yet refused at start-up)."""
+    ``--speculative-eagle-topk`` > 1, which raise here (start-up refuses them first)."""
     if num_accept_tokens is not None or retrieve_next_token is not None or retrieve_next_sibling is not None \
             or retrieve_parent_token is not None:
         raise NotImplementedError("sglang-r3 CPU runtime: a Mamba-2 convolution over a drafted tree "
