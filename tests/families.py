@@ -1435,7 +1435,9 @@ STAND_INS: Dict[str, StandIn] = {
 }
 
 
-def load_transformers(path: Path):
+def load_transformers(path: Path, *, strict: bool = False):
+    """transformers' model of the checkpoint at ``path``, float32, eval (``strict``: every parameter from the
+    checkpoint, none left at its initial value)."""
     import torch
     import transformers
 
@@ -1451,7 +1453,8 @@ def load_transformers(path: Path):
     if stand_in is not None and stand_in.renames:
         fields = {k: v for k, v in saved.items() if k != "auto_map"}
         kwargs["config"] = cls.config_class(**{**fields, "model_type": stand_in.renames})
-    model = cls.from_pretrained(str(path), dtype=torch.float32, **kwargs)
+    model, info = cls.from_pretrained(str(path), dtype=torch.float32, output_loading_info=True, **kwargs)
+    assert not (strict and info["missing_keys"]), f"{path}: not in the checkpoint: {sorted(info['missing_keys'])}"
     return model.eval()
 
 

@@ -224,6 +224,24 @@ def oracles():
         trace.close()
 
 
+@pytest.fixture(scope="module")
+def draft_oracles():
+    """transformers' router top-k of each family's MTP layer (tests/mtp_oracle.py), loaded once."""
+    from tests.mtp_oracle import DraftOracle
+
+    out = {}
+
+    def get(name):
+        if name not in out:
+            out[name] = DraftOracle(FAMILIES[name], build(FAMILIES[name]))
+            with_sglang_norm_eps(name, out[name].model)
+        return out[name]
+
+    yield get
+    for oracle in out.values():
+        oracle.close()
+
+
 def _upstream_rows(b64: str, T: int, num_layers: int, topk: int) -> np.ndarray:
     return np.frombuffer(base64.b64decode(b64), dtype=np.int32).reshape(T - 1, num_layers, topk)
 
@@ -732,19 +750,41 @@ def test_families_not_served_on_cpu_stop_where_the_docstring_says(name, launched
     assert fam.not_served in launched_refusals(name)
 
 
-def _check_mtp_section(tokens, mtp):
+def _check_mtp_section(tokens, mtp, draft):
     """Draft entries tagged as for GLM: depth 1 (one NextN layer), an accepted entry routed the token
-    that followed its position, rejections monotone within a round (tests/test_speculative.py)."""
+    that followed its position, rejections monotone within a round (tests/test_speculative.py); and the draft's
+    routing of verified tokens (step 0: the draft extend over the verify's hidden states) is transformers' router
+    top-k of the checkpoint's MTP layer fed as the draft model feeds it (tests/mtp_oracle.py)."""
     from tests.test_speculative import _check_mtp_marks
 
     assert mtp is not None and mtp.num_entries > 0
     assert set(np.unique(mtp.depth)) == {1}
     _check_mtp_marks(tokens, mtp, 0)
+    want = draft.topk(tokens)  # [len - 1, topk]: position p, token p + 1
+    # (the last position's draft routed a token the verify found past max_new_tokens: not in the output)
+    verified = np.flatnonzero((mtp.step == 0) & (mtp.positions < len(tokens) - 1))
+    positions = mtp.positions[verified].astype(np.int64)
+    assert len(positions) >= len(tokens) // 2 and len(set(positions.tolist())) == len(positions), positions
+    np.testing.assert_array_equal(mtp.tokens[verified], np.asarray(tokens)[positions + 1])
+    got = want[:, None, :].copy()  # positions with no verified draft entry compare transformers with itself
+    got[positions, 0] = np.sort(mtp.experts[verified].astype(np.int64), axis=-1)
+    _assert_router_topk("MTP draft of verified tokens", _LastColumn(draft.trace), got, want[:, None, :])
 
 
-def _check_spec_outputs(trace, layout, prompts, outs):
+class _LastColumn:
+    """A RouterTrace read at its last MoE layer only (the MTP layer's router), for _assert_router_topk."""
+
+    def __init__(self, trace):
+        self._trace = trace
+
+    def near_tie(self, column, token, chosen, delta=NEAR_TIE_LOGIT):
+        return self._trace.near_tie(-1, token, chosen, delta=delta)
+
+
+def _check_spec_outputs(trace, layout, prompts, outs, draft):
     """Responses of a server with MTP speculation on: our rows and upstream's routed_experts are transformers' router
-    top-k over prompt + completion (transformers never speculates), and the draft's routing is tagged."""
+    top-k over prompt + completion (transformers never speculates), and the draft's routing is tagged and, for
+    verified tokens, transformers' top-k of the MTP layer."""
     for prompt, out in zip(prompts, outs):
         tokens = prompt + list(out["output_ids"])
         rec = record_of(out)
@@ -753,11 +793,11 @@ def _check_spec_outputs(trace, layout, prompts, outs):
         upstream = _upstream_rows(out["meta_info"]["routed_experts"], len(tokens), layout.num_hidden_layers,
                                   layout.topk)
         np.testing.assert_array_equal(np.sort(upstream[:, list(layout.moe_layer_ids)], axis=-1), got)
-        _check_mtp_section(tokens, rec.mtp)
+        _check_mtp_section(tokens, rec.mtp, draft)
 
 
 @pytest.mark.parametrize("served", ["deepseek_v3"], indirect=True)
-def test_deepseek_v3_mtp_main_rows_equal_spec_off_rows_and_transformers(served, oracles):
+def test_deepseek_v3_mtp_main_rows_equal_spec_off_rows_and_transformers(served, oracles, draft_oracles):
     spec, base = served.urls["deepseek_v3_mtp"], served.urls["deepseek_v3"]
     trace = oracles("deepseek_v3")
     prompts = [list(p.encode()) for p in PROMPTS]
@@ -770,23 +810,23 @@ def test_deepseek_v3_mtp_main_rows_equal_spec_off_rows_and_transformers(served, 
         np.testing.assert_array_equal(rs.experts, rb.experts)
         tokens = prompt + list(s["output_ids"])
         np.testing.assert_array_equal(np.sort(rs.experts.astype(np.int64), axis=-1), trace.topk(tokens)[:-1])
-        _check_mtp_section(tokens, rs.mtp)
+        _check_mtp_section(tokens, rs.mtp, draft_oracles("deepseek_v3"))
         assert rb.mtp is None
 
 
 @pytest.mark.parametrize("served", ["deepseek_v3"], indirect=True)
-def test_deepseek_v3_mtp_sampled_rows_are_transformers_router_topk(served, oracles):
+def test_deepseek_v3_mtp_sampled_rows_are_transformers_router_topk(served, oracles, draft_oracles):
     url = served.urls["deepseek_v3_mtp"]
     trace = oracles("deepseek_v3")
     prompts = [list(p.encode()) for p in PROMPTS]
     outs = generate(url, input_ids=prompts, return_routing={"mtp": True}, return_routed_experts=True,
                     sampling_params={**SAMPLING["sampled"], "max_new_tokens": 32})
-    _check_spec_outputs(trace, fetch_layout(url), prompts, outs)
+    _check_spec_outputs(trace, fetch_layout(url), prompts, outs, draft_oracles("deepseek_v3"))
 
 
 
 @pytest.mark.parametrize("served", ["qwen3_next", "qwen3_5_moe", "nemotron_h"], indirect=True)
-def test_hybrid_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged(served, oracles):
+def test_hybrid_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged(served, oracles, draft_oracles):
     # Qwen3-Next, Qwen3.5-MoE and Nemotron-H are served with their MTP layer drafting (tests/families.py SERVERS), so
     # every row of the families' other tests is already spec on = transformers (which never speculates). Here: drafts
     # are accepted (a verify commits the recurrent state and conv window of a step past the first: cpu/gdn.py's
@@ -805,11 +845,11 @@ def test_hybrid_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged
                         sampling_params={"temperature": 0.0, "max_new_tokens": NEW_TOKENS})
         accepted = [out["meta_info"]["spec_correct_drafts_histogram"] for out in outs]
         assert any(sum(h[1:]) for h in accepted), accepted  # some verify accepted one or more drafts
-        _check_spec_outputs(trace, layout, prompts, outs)
+        _check_spec_outputs(trace, layout, prompts, outs, draft_oracles(name))
 
 
 @pytest.mark.parametrize("served", ["glm4_moe_lite", "bailing_moe_v2"], indirect=True)
-def test_nextn_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged(served, oracles):
+def test_nextn_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged(served, oracles, draft_oracles):
     # GLM-4.7-Flash and Ling 2.0 are served once, with NextN speculation on (tests/families.py SERVERS): their main
     # rows must be what transformers routes with no speculation at all (greedy and sampled), upstream's
     # routed_experts too, and the draft's routing sits in the MTP section at depth 1 (Ling 2.0's NextN MoE block is
@@ -824,4 +864,4 @@ def test_nextn_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged(
     for mode in sorted(SAMPLING):
         outs = generate(url, input_ids=prompts, return_routing={"mtp": True}, return_routed_experts=True,
                         sampling_params={**SAMPLING[mode], "max_new_tokens": 32})
-        _check_spec_outputs(trace, layout, prompts, outs)
+        _check_spec_outputs(trace, layout, prompts, outs, draft_oracles(name))
