@@ -4,7 +4,9 @@ transformers builds no MTP layer, but its decoder layers are the MTP layer's blo
 are loaded as the last decoder layer(s) of the family's own transformers model (a copy of the checkpoint, its MTP
 tensors renamed to those layers'), and a forward pre-hook feeds the first of them what the draft model computes at
 position p -- the projection of [norm(embedding of token p + 1); norm(target hidden state at p)], the hidden state
-the target's final norm gives, which SGLang hands its draft -- in place of the layer below's output. The rest of the
+the target's final norm gives, which SGLang hands its draft -- in place of the layer below's output. (The test
+checkpoints' final norms weigh 1 and hnorm rescales, so here the hidden state before that norm picks the same experts:
+this oracle does not tell the two apart.) The rest of the
 forward is transformers' own: attention over the earlier positions' MTP inputs (the draft's KV of verified tokens),
 the router, its grouping and bias.
 
@@ -141,7 +143,6 @@ class DraftOracle:
     def topk(self, tokens: List[int]) -> np.ndarray:
         """[len(tokens) - 1, topk] sorted: the MTP router's ids at positions 0 .. len - 2."""
         torch = self._torch
-        ids = torch.tensor([tokens])
         self._next_tokens = torch.tensor([tokens[1:] + tokens[-1:]])  # the last position's is dropped
         rows = self.trace.topk(tokens)
         return rows[:-1, -1]
