@@ -460,12 +460,13 @@ def _linear_attention_tree_on_cpu(cfg, names, *, resolved) -> Rule:
         return
     if cfg.speculative_eagle_topk in (None, 1):
         return
-    try:
-        from sglang_r3.serving.patches.release import linear_attention_config, model_config_of
+    from sglang_r3.serving.patches.release import linear_attention_config, model_config_of
 
-        if linear_attention_config(model_config_of(cfg)) is None:
-            return
+    try:
+        model = model_config_of(cfg)
     except Exception:  # noqa: BLE001 -- a config that does not load: SGLang's own start-up says why
+        return
+    if linear_attention_config(model) is None:  # (an error here is ours: raised, not taken for "no such layers")
         return
     yield _Hit("speculative_eagle_topk", cfg.speculative_eagle_topk, (
         "on the CPU runtime a model with linear-attention (Mamba-2 / gated delta-net) layers verifies a drafted "
