@@ -282,6 +282,13 @@ def _proof(arch: str) -> str:
     return "; ".join(parts)
 
 
+def gpu_only_launches() -> dict:
+    """The refused families whose refusal names where plain SGLang stops on the CPU runtime, checked there."""
+    from tests.test_gpu_only_families import LAUNCHES
+
+    return LAUNCHES
+
+
 def rows() -> List[Tuple[str, str, str, str, str]]:
     """(family, architectures, trained by, proven, layout) per row."""
     from sglang_r3.core.families import FAMILIES, family_of
@@ -299,6 +306,8 @@ def rows() -> List[Tuple[str, str, str, str, str]]:
         seen.update(archs)
         if fam.rule is None:
             proven = f"refused at start-up: {fam.refusal.split('. ')[0].rstrip('.')}"
+            if any(launch.architecture in archs for launch in gpu_only_launches().values()):
+                proven += " (where plain SGLang stops there: `tests/test_gpu_only_families.py`)"
         else:
             proven = "; ".join(f"`{a}`: {_proof(a)}" if len(archs) > 1 else _proof(a) for a in archs)
         names = ", ".join(f"`{a}`" for a in archs)

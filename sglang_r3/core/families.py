@@ -1271,9 +1271,20 @@ _DBRX_REFUSAL = (
     "module), so the start-up check cannot read the experts SGLang served; and its routing lives in a nested "
     "ffn_config (moe_num_experts, moe_top_k) that the config view does not resolve"
 )
+# DeepSeek-V4 (deepseek_v4.py) as Miles trains it (scripts/models/deepseek-v4-flash.py, deepseek-v4-pro.py). Where
+# plain SGLang stops on the CPU runtime is checked by tests/test_gpu_only_families.py (SGLang itself the oracle).
 _DEEPSEEK_V4_REFUSAL = (
-    "its first num_hash_layers MoE layers route by a token-id table (HashTopK's tid2eid), not a learned router: "
-    "those ids have no Megatron router to replay into; and its mHC / Engram blocks are not described"
+    "SGLang 0.5.23 serves it on GPU kernels only, so no rule can be proven by a served forward on the CPU runtime: "
+    "there its load stops compiling the mHC kernels for a CUDA device (deepseek_v4.py _prewarm_mhc_kernels, "
+    "kernels/ops/layernorm/mhc.py prewarm_mhc_pre); past that, its KV cache defaults to FP8 (arg_groups/overrides.py "
+    "_deepseek_v4_kv_cache_dtype), which SGLang's CPU path holds only on Intel AMX with its intel_amx backend "
+    "(mem_cache/kv_cache_configurator.py), its KV pool asserts the published head widths in FP8 "
+    "(mem_cache/deepseek_v4_memory_pool.py) and its attention is FlashMLA's (layers/attention/deepseek_v4_backend.py, "
+    "--dsv4-attn-backend flashmla / flashmla_mega / trtllm). A checkpoint saved by transformers 5.19's "
+    "DeepseekV4ForCausalLM is not read at all (SGLang reads compress_ratios, transformers writes compress_rates and "
+    "layer_types). Its first num_hash_layers MoE layers route by a token-id table (HashTopK's tid2eid), not a "
+    "learned router: Miles replays them into its own Megatron's hash router (mlp.router.tid2eid, "
+    "dsv4_n_hash_layers), which megatron-core 0.16.1, where sglang-r3 replays, does not have"
 )
 _MIMO_V2_REFUSAL = (
     "SGLang builds its layers from per-layer lists (moe_layer_freq, hybrid_layer_pattern, swa_*) that "
@@ -1283,12 +1294,16 @@ _MIMO_V2_REFUSAL = (
     "proven for it: the checkpoint's MTP layout is not what SGLang builds"
 )
 
-# Inkling (inkling.py, inkling_common/moe.py) as Miles trains it (scripts/models/inkling.py).
+# Inkling (inkling.py, inkling_common/) as Miles trains it (scripts/models/inkling.py). Where plain SGLang stops on
+# the CPU runtime is checked by tests/test_gpu_only_families.py (SGLang itself the oracle).
 _INKLING_REFUSAL = (
-    "its routers are InklingGate (inkling_common/moe.py), not SGLang's TopK: Triton gate kernels (gate_topk, "
-    "sigmoid_gate_topk_renorm) whose weights renormalise over the routed and the shared experts' logits, handing "
-    "top-k ids to the experts capturer directly; the start-up check reads TopK routers and the CPU runtime runs no "
-    "Triton kernel, so no rule can be proven by a served forward. Its trainer is Miles' own plugin "
+    "SGLang 0.5.23 serves it on GPU kernels only, so no rule can be proven by a served forward on the CPU runtime: "
+    "inkling.py asserts the Mamba cache's extra buffer (its short convolutions' state snapshots), which SGLang's "
+    "start-up refuses there (arg_groups/mamba_hook.py validate_mamba_extra_buffer: 'extra_buffer requires platform "
+    "support for Mamba cache state snapshots'); past that, its attention asserts the fa4 or triton backend "
+    "(inkling_common/attn.py InklingAttention) and its routers are InklingGate (inkling_common/moe.py), not SGLang's "
+    "TopK: Triton gate kernels (gate_topk, sigmoid_gate_topk_renorm) whose weights renormalise over the routed and "
+    "the shared experts' logits, handing top-k ids to the experts capturer directly. Its trainer is Miles' own plugin "
     "(miles_plugins/models/inkling InklingRouter), replayed by Miles' routing_replay_manager, not by Megatron's "
     "RouterReplay or slime's RoutingReplay, which sglang-r3 installs into"
 )
