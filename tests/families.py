@@ -1715,6 +1715,14 @@ for _base in FLIPPED:
         next(g for g in GROUPS.values() if _base in g).append(f"{_base}_flipped")
 
 
+# Groups served on SGLang 0.5.15.post1 too (-m release; CI's 0.5.15.post1 stage): families whose routers 0.5.15 builds
+# without a layer id (Mixtral, OLMoE: the adapter files their rows under the layer of the experts beside them) and
+# one it numbers; what slime's scripts train on 0.5.15's image that its CPU runtime starts (GLM-4.5 / 4.7, GLM-4.7-Flash
+# with MTP speculation, DeepSeek-V3 with it on and off, MiniMax-M2); Qwen2-MoE, whose CPU ops are hooked on both.
+RELEASE_FAMILIES = ("mixtral", "olmoe", "qwen3_moe", "minimax_m2", "qwen2_moe", "glm4_moe", "glm4_moe_lite",
+                    "deepseek_v3")
+
+
 def server_flags(name: str) -> List[str]:
     family, extra = SERVERS[name]
     return ["--model-path", str(build(FAMILIES[family])), *SERVE_FLAGS, *extra]

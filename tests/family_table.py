@@ -245,8 +245,8 @@ def _link(s: Script) -> str:
 def _proof(arch: str) -> str:
     """How ``arch`` is proven, from the tests that prove it; '' when it has no rule."""
     from sglang_r3.core.families import SUPPORTED_ARCHITECTURES
-    from tests.families import (FAMILIES, FLIPPED, IMAGE_FAMILIES, MTP_FLAGS, SERVERS, SGLANG_NORM_EPS,
-                                PUBLISHED_KEYS, STAND_INS, architecture_of)
+    from tests.families import (FAMILIES, FLIPPED, IMAGE_FAMILIES, MTP_FLAGS, RELEASE_FAMILIES, SERVERS,
+                                SGLANG_NORM_EPS, PUBLISHED_KEYS, STAND_INS, architecture_of)
 
     if arch not in SUPPORTED_ARCHITECTURES:
         return ""
@@ -268,6 +268,7 @@ def _proof(arch: str) -> str:
                         else "")
                      + (", MTP speculation on = off" if spec_on else "")
                      + (", text prompts and with an image" if name in IMAGE_FAMILIES else "")
+                     + (", on SGLang 0.5.15.post1 too" if name in RELEASE_FAMILIES else "")
                      + (f", under model_type `{fam.stand_in}` (its config class a stand-in, "
                         f"`tests/checkpoints/{STAND_INS[fam.stand_in].module}.py`)" if fam.stand_in else "")
                      + ("; transformers at SGLang's eps for " + ", ".join(f"`{m}`" for m in SGLANG_NORM_EPS[name])

@@ -172,9 +172,9 @@ import pytest
 
 from sglang_r3.core.layout import ROLE_DENSE, ROLE_MOE, ROLE_MTP, LayoutError, layout_from_model_path
 from tests.families import (FAMILIES, FLIPPED, GROUPS, IMAGE_FAMILIES, IMAGE_REQUEST, MTP_FLAGS, NEAR_TIE_LOGIT,
-                            NEAR_TIES_PER_RESPONSE, REFUSED_FLIPS, SERVERS, SGLANG_NORM_EPS, SGLANG_PROCESSED, Family,
-                            RouterTrace, build, dense_or_moe, initialized, load_transformers, serve_group, stop_ahead,
-                            with_sglang_norm_eps)
+                            NEAR_TIES_PER_RESPONSE, REFUSED_FLIPS, RELEASE_FAMILIES, SERVERS, SGLANG_NORM_EPS,
+                            SGLANG_PROCESSED, Family, RouterTrace, build, dense_or_moe, initialized, load_transformers,
+                            serve_group, stop_ahead, with_sglang_norm_eps)
 from tests.routing_http import fetch_layout, generate, record_of
 
 pytestmark = pytest.mark.server
@@ -185,12 +185,6 @@ SAMPLING = {
     "sampled": {"temperature": 1.0, "top_p": 0.9},
 }
 NEW_TOKENS = 24
-
-
-# Served on SGLang 0.5.15.post1 too (-m release): families whose routers 0.5.15 builds without a layer id
-# (Mixtral, OLMoE: the adapter files their rows under the layer of the experts beside them) and one it numbers;
-# MiniMax-M2 (slime trains it on 0.5.15's image) and Qwen2-MoE, whose CPU ops are hooked on both releases.
-RELEASE_FAMILIES = ("mixtral", "olmoe", "qwen3_moe", "minimax_m2", "qwen2_moe")
 
 
 @pytest.fixture(scope="module", params=[pytest.param(g, marks=pytest.mark.release) if g in RELEASE_FAMILIES else g

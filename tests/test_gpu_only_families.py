@@ -26,7 +26,8 @@ from sglang_r3.core.families import family_of  # noqa: E402
 from sglang_r3.dev.cpu import CPU_SERVER_FLAGS, has_gpu  # noqa: E402
 from sglang_r3.dev.cpu.bootstrap import EAGER_ENV, build_libcuda_stub  # noqa: E402
 from sglang_r3.dev.embedded.tokenizer import write_tokenizer  # noqa: E402
-from sglang_r3.serving.fleet.gateway import free_port  # noqa: E402
+from sglang_r3.serving.fleet.gateway import free_port, stop_process_group  # noqa: E402
+from tests import children  # noqa: E402
 
 pytestmark = [pytest.mark.sglang,
               pytest.mark.skipif(has_gpu(), reason="where plain SGLang stops on the CPU runtime: a host without a GPU")]
@@ -134,8 +135,8 @@ def stopped(tmp_path_factory):
         cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(folder), "--port", str(free_port()),
                *(arg for flag in CPU_SERVER_FLAGS for arg in flag), "--dtype", "float32", "--max-total-tokens",
                "4096", "--mem-fraction-static", "0.99"]
-        started[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
-                                          start_new_session=True), log)
+        # A session of its own, reaped with the run (tests/children.py).
+        started[name] = (children.spawn(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env), log)
     results = {}
     try:
         for name, (proc, log) in started.items():
@@ -147,9 +148,7 @@ def stopped(tmp_path_factory):
             results[name] = (code, log.read())
     finally:
         for proc, log in started.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-                proc.wait()
+            stop_process_group(proc)  # a launch that did not stop (the run reaps what a stopped one left)
             log.close()
     return results
 

@@ -602,6 +602,46 @@ def test_a_transformers_saved_qwen_hybrid_without_full_attention_interval_is_ref
     assert [h for h in hits if "full_attention_interval" in str(h)] == []
 
 
+@pytest.mark.parametrize("arch", ["GlmMoeDsaForCausalLM", "Qwen3NextForCausalLM"])
+def test_what_sglang_0_5_15_cannot_run_on_the_cpu_runtime_is_refused_there_before_it_stops(sglang_args, tmp_path,
+                                                                                          arch):
+    """0.5.15.post1's own CPU path stops a DSA model in its argument resolution (asking CUDA for a device capability)
+    and a gated delta-net model at its first prefill: start-up refuses both there, naming the model. 0.5.23's CPU
+    runtime serves them (tests/test_families.py), so it refuses neither."""
+    import json
+
+    import transformers
+
+    if arch == "Qwen3NextForCausalLM":
+        _qwen_hybrid_save(tmp_path, arch)
+        saved = json.loads((tmp_path / "config.json").read_text())
+        saved["full_attention_interval"] = 4  # as published: the only refusal left is the release's
+        (tmp_path / "config.json").write_text(json.dumps(saved))
+    else:
+        config = transformers.GlmMoeDsaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                              n_routed_experts=8, num_experts_per_tok=2, vocab_size=128)
+        config.architectures = [arch]
+        config.save_pretrained(tmp_path)
+    flags = ["--model-path", str(tmp_path)]
+    if _release() != "0.5.15.post1":
+        from sglang_r3.serving.patches.startup_checks import _release_cpu_runtime
+
+        cfg = types.SimpleNamespace(model_path=str(tmp_path), device="cpu")
+        assert list(_release_cpu_runtime(cfg, None, resolved=False)) == []
+        return
+    err = _refusal(sglang_args, flags)
+    assert err.flags == [f"--model-path {tmp_path}"], str(err)
+    assert f"{arch}: SGLang 0.5.15.post1" in str(err) and "SGLang 0.5.23's CPU runtime" in str(err), str(err)
+    from sglang_r3.dev.cpu import has_gpu
+
+    if arch == "GlmMoeDsaForCausalLM" and not has_gpu():  # where SGLang stops without the refusal: its resolution
+        from sglang_r3.serving.patches.api import prepare_server_args
+
+        _, resolve = prepare_server_args(resolve_argv(flags, cpu=True))
+        with pytest.raises(RuntimeError, match="NVIDIA driver"):
+            resolve()
+
+
 def test_a_hub_id_in_the_hub_cache_is_checked_as_its_folder_is(sglang_args, tmp_path):
     """A Hub id whose config.json is in the Hub cache (laid out as huggingface_hub writes it; ``--download-dir`` is
     the cache SGLang loads from) is read from there; one not in the cache passes to SGLang, which fetches it."""
@@ -674,7 +714,8 @@ def _glm5_save(tmp_path, **keys):
 
 
 @pytest.mark.skipif(_release() == "0.5.15.post1", reason="SGLang 0.5.15's DSA resolution asks the CUDA device "
-                    "(torch.cuda.get_device_capability) before any check: DSA is served on the 0.5.23 CPU runtime only")
+                    "(torch.cuda.get_device_capability): start-up refuses DSA models on its CPU runtime outright "
+                    "(test_what_sglang_0_5_15_cannot_run_on_the_cpu_runtime_is_refused_there_before_it_stops)")
 def test_a_dsa_model_on_the_cpu_runtime_is_refused_a_context_longer_than_index_topk(tmp_path):
     # The CPU runtime attends to every key (patches/cpu/dsa.py): DSA's result only up to index_topk keys. Launched
     # as users launch it: the CPU runtime's hooks (its DSA start-up among them) install in the launcher's process.

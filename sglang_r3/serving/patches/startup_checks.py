@@ -163,7 +163,7 @@ def _refusals(cfg: Any, names: _FlagNames, *, resolved: bool, raw: Any = None) -
     """Every refusal for ``cfg``: the raw record, or the resolved view (then ``raw`` is the record)."""
     out: List[Refusal] = []
     for rule in (_parallelism, _moe_routing_layout, _kv_restore, _disaggregation, _speculative, _serving,
-                 _checkpoint, _dsa_on_cpu, _swa_shapes_on_cpu, _linear_attention_tree_on_cpu):
+                 _checkpoint, _release_cpu_runtime, _dsa_on_cpu, _swa_shapes_on_cpu, _linear_attention_tree_on_cpu):
         for hit in rule(cfg, names, resolved=resolved):
             if hit.field.isupper():  # an environment variable, not a ServerArgs field
                 flag = f"{hit.field}={hit.value} (environment variable)"
@@ -616,6 +616,46 @@ def _checkpoint(cfg, names, *, resolved) -> Rule:
             layout_from_hf_config(config)
         except LayoutError as e:
             yield _Hit("model_path", cfg.model_path, str(e))
+
+
+# What SGLang 0.5.15.post1 itself cannot run on the CPU runtime, by architecture (measured: served by our launcher
+# there, each stopped in SGLang; served on its CPU runtime by 0.5.23, and on a GPU by either release).
+_DSA_0_5_15 = (
+    "SGLang 0.5.15.post1 stops a DSA model on the CPU runtime as it resolves its arguments: server_args.py's "
+    "model-specific adjustments take every device but NPU and XPU for a GPU and ask "
+    "torch.cuda.get_device_capability()"
+)
+_GDN_0_5_15 = (
+    "SGLang 0.5.15.post1 cannot run a gated delta-net model on the CPU runtime: its CPU path "
+    "(layers/attention/linear/kernels/gdn_triton.py) hands sgl-kernel 0.4.4's chunk_gated_delta_rule_cpu an "
+    "initial_state_indices it does not take, and with MTP speculation its Mamba pool allocates the draft states on "
+    "CUDA (sglang-r3's torch gated delta-net ops follow 0.5.23's CPU path)"
+)
+_CPU_RUNTIME_0_5_15_STOPS = {
+    "GlmMoeDsaForCausalLM": _DSA_0_5_15, "DeepseekV32ForCausalLM": _DSA_0_5_15,
+    "Qwen3NextForCausalLM": _GDN_0_5_15, "Qwen3_5MoeForCausalLM": _GDN_0_5_15,
+    "Qwen3_5MoeForConditionalGeneration": _GDN_0_5_15,
+}
+
+
+def _release_cpu_runtime(cfg, names, *, resolved) -> Rule:
+    """A model the served release's own CPU path cannot run, refused before SGLang stops on it (raw pass: the DSA
+    stop is in 0.5.15's argument resolution itself)."""
+    if resolved or getattr(cfg, "device", None) != "cpu":
+        return
+    from sglang_r3.serving.patches import release
+
+    if not release.is_0_5_15() or (path := _config_json(cfg)) is None:
+        return
+    try:
+        with open(path) as f:
+            arch = (json.load(f).get("architectures") or [""])[0]
+    except (OSError, ValueError):
+        return  # SGLang's own loader says what is wrong with it
+    if arch in _CPU_RUNTIME_0_5_15_STOPS:
+        yield _Hit("model_path", cfg.model_path, (
+            f"{arch}: {_CPU_RUNTIME_0_5_15_STOPS[arch]}; serve it on a GPU, or on SGLang 0.5.23's CPU runtime"
+        ))
 
 
 def _config_json(cfg) -> Optional[str]:
