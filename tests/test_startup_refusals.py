@@ -413,7 +413,10 @@ def test_multi_layer_eagle_with_more_draft_steps_than_mtp_layers_is_refused(sgla
 
 
 @pytest.mark.parametrize("name", [  # gated delta-net, Mamba-2
-    "qwen3_next",
+    pytest.param("qwen3_next", marks=pytest.mark.skipif(
+        _release() == "0.5.15.post1", reason="0.5.15's CPU runtime refuses a gated delta-net model outright, in the "
+        "raw pass, before this resolved-pass check (test_what_sglang_0_5_15_cannot_run_on_the_cpu_runtime_is_refused_"
+        "there_before_it_stops)")),
     pytest.param("nemotron_h", marks=pytest.mark.skipif(
         _release() == "0.5.15.post1", reason="building the checkpoint with 0.5.15's transformers 5.12 fetches "
         "NemotronH's causal-conv1d kernel from the Hub (no network in CI)")),
@@ -657,7 +660,8 @@ def test_a_hub_id_in_the_hub_cache_is_checked_as_its_folder_is(sglang_args, tmp_
     (cache / "models--acme--qwen3-next-tiny" / "refs" / "main").write_text(revision)
     assert try_to_load_from_cache("acme/qwen3-next-tiny", "config.json", cache_dir=cache) == str(snapshot / "config.json")
     err = _refusal(sglang_args, ["--model-path", "acme/qwen3-next-tiny", "--download-dir", str(cache)])
-    assert err.flags == ["--model-path acme/qwen3-next-tiny"], str(err)
+    # (on 0.5.15.post1's CPU runtime the same flag also carries the release's own refusal of Qwen3-Next)
+    assert set(err.flags) == {"--model-path acme/qwen3-next-tiny"}, str(err)
     assert 'add "full_attention_interval": 4' in str(err), str(err)
     from sglang_r3.serving.patches.startup_checks import _checkpoint
 
@@ -681,7 +685,7 @@ def test_a_transformers_saved_qwen3_5_vl_without_deepstack_indexes_is_refused_na
     assert not hasattr(transformers.AutoConfig.from_pretrained(tmp_path).vision_config, "deepstack_visual_indexes")
     assert get_config(str(tmp_path), trust_remote_code=False).vision_config.deepstack_visual_indexes == [8, 16, 24]
     err = _refusal(sglang_args, ["--model-path", str(tmp_path)])
-    assert err.flags == [f"--model-path {tmp_path}"], str(err)
+    assert set(err.flags) == {f"--model-path {tmp_path}"}, str(err)  # (0.5.15.post1: its own refusal of Qwen3.5 too)
     assert 'add "vision_config.deepstack_visual_indexes": []' in str(err) and arch in str(err), str(err)
     # The key as the refusal says (a new folder: SGLang caches configs by path): no deepstack, and the check passes.
     fixed = tmp_path / "fixed"
