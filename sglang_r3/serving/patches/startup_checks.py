@@ -581,14 +581,9 @@ _NEEDS_DEEPSTACK_KEY = ("Qwen3_5MoeForConditionalGeneration",)
 def _checkpoint(cfg, names, *, resolved) -> Rule:
     """What a checkpoint's config.json asks of SGLang that SGLang cannot build (raw pass only: SGLang's own
     argument resolution may already stop on such a config)."""
-    path = None if resolved else _config_json(cfg)
-    if path is None:
-        return  # a Hub id not in the cache yet: SGLang downloads it later; the scheduler's layout check still applies
-    try:
-        with open(path) as f:
-            config = json.load(f)
-    except (OSError, ValueError):
-        return  # SGLang's own loader says what is wrong with it
+    config = None if resolved else _read_config(cfg)
+    if config is None:
+        return
     arch = (config.get("architectures") or [""])[0]
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     if arch in _NEEDS_FULL_ATTENTION_INTERVAL and "full_attention_interval" not in text:
@@ -645,17 +640,27 @@ def _release_cpu_runtime(cfg, names, *, resolved) -> Rule:
         return
     from sglang_r3.serving.patches import release
 
-    if not release.is_0_5_15() or (path := _config_json(cfg)) is None:
+    if not release.is_0_5_15() or (config := _read_config(cfg)) is None:
         return
-    try:
-        with open(path) as f:
-            arch = (json.load(f).get("architectures") or [""])[0]
-    except (OSError, ValueError):
-        return  # SGLang's own loader says what is wrong with it
+    arch = (config.get("architectures") or [""])[0]
     if arch in _CPU_RUNTIME_0_5_15_STOPS:
         yield _Hit("model_path", cfg.model_path, (
             f"{arch}: {_CPU_RUNTIME_0_5_15_STOPS[arch]}; serve it on a GPU, or on SGLang 0.5.23's CPU runtime"
         ))
+
+
+def _read_config(cfg) -> Optional[dict]:
+    """--model-path's config.json as a dict; None for a Hub id not in the cache yet (SGLang downloads it later; the
+    scheduler's layout check still applies) or a file that does not parse (SGLang's own loader says why)."""
+    path = _config_json(cfg)
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
 
 
 def _config_json(cfg) -> Optional[str]:
