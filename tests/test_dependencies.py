@@ -78,8 +78,13 @@ def test_the_check_names_a_package_outside_its_bounds_and_one_that_is_missing():
 
 
 # Which install this environment is: the README's (`.[test]`, SGLang 0.5.23) or slime's image as .ci/release-env
-# makes it (SGLang 0.5.15.post1 first, then `.[test-sglang-0-5-15]`).
+# makes it (SGLang 0.5.15.post1 first, then `.[server]`, then the test packages of `.[test-sglang-0-5-15]`).
 INSTALL_OF_SGLANG = {"0.5.23": "test", "0.5.15.post1": "test-sglang-0-5-15"}
+# What each SGLang release pins of its own stack (its wheel's metadata): the server extra must admit it, so pip
+# leaves an image's SGLang, torch and sgl-kernel alone.
+RELEASE_PINS = {"0.5.23": {"torch": "2.14.1", "sglang-kernel": "0.4.10"},
+                "0.5.15.post1": {"torch": "2.11.0", "sglang-kernel": "0.4.4"}}
+RELEASE_ENV = ROOT / ".ci" / "release-env"
 
 
 def this_install() -> str:
@@ -90,21 +95,50 @@ def test_each_served_sglang_release_has_its_install_and_the_server_extra_admits_
     from sglang_r3.serving.patches.versions import SERVED
 
     project = _project()
-    assert set(INSTALL_OF_SGLANG) == set(SERVED)
+    assert set(INSTALL_OF_SGLANG) == set(SERVED) == set(RELEASE_PINS)
     server = {canonicalize_name(r.name): r for _, r in requirement_lists(project, "server")}
-    for release, extra in INSTALL_OF_SGLANG.items():
-        pins = {canonicalize_name(r.name): r for w, r in requirement_lists(project, extra) if w == extra}
-        assert pins["sglang"].specifier.contains(release), (extra, release)
-        # What each install pins of SGLang's own stack, the server extra a rollout image meets admits: pip
-        # leaves the image's SGLang, torch and sgl-kernel alone.
-        for name in ("sglang", "torch", "sglang-kernel"):
-            (version,) = [s.version for s in pins[name].specifier if s.operator == "=="]
-            assert server[name].specifier.contains(version, prereleases=True), (extra, name, version)
+    for release, pins in RELEASE_PINS.items():
+        for name, version in {"sglang": release, **pins}.items():
+            assert server[name].specifier.contains(version, prereleases=True), (release, name, version)
+    # The README's install pins the newest release's stack itself.
+    test = {canonicalize_name(r.name): r for w, r in requirement_lists(project, "test") if w == "test"}
+    newest = {"sglang": "0.5.23", **RELEASE_PINS["0.5.23"]}
+    assert {n: [s.version for s in test[n].specifier if s.operator == "=="] for n in newest} == \
+        {n: [v] for n, v in newest.items()}
+
+
+def test_the_oldest_release_installs_as_users_do():
+    # slime's image: SGLang first, then `.[server]` with the unmoved check right after it, then test packages
+    # that name none of SGLang's stack (a pin there would hide what `.[server]` does to the image).
+    project = _project()
+    text = RELEASE_ENV.read_text()
+    steps = [line.strip() for line in text.splitlines() if " -m pip install " in line and not line.lstrip().startswith("#")]
+    assert 'sglang==$SGLANG' in steps[1] and '-e ".[server]"' in steps[2] and "test-sglang-0-5-15" in steps[3], steps
+    after_server = text.split('-e ".[server]"', 2)[2].lstrip().splitlines()[0]
+    assert after_server.startswith("unmoved "), after_server
+    assert 'SGLANG=0.5.15.post1' in text and f'TORCH={RELEASE_PINS["0.5.15.post1"]["torch"]}' in text
+    own = {canonicalize_name(Requirement(r).name) for r in project["optional-dependencies"]["test-sglang-0-5-15"]}
+    assert not own & {"sglang", "torch", "sglang-kernel", "sglang-r3"}, own
+
+
+def test_this_install_has_its_release_s_own_stack():
+    have = installed_versions()
+    release = have.get("sglang")
+    if release not in RELEASE_PINS:
+        pytest.skip(f"SGLang {release} is not a served release")
+    assert {n: have.get(n) for n in RELEASE_PINS[release]} == RELEASE_PINS[release]
+
+
+def _install_lists(extra: str) -> List[Tuple[str, Requirement]]:
+    reqs = requirement_lists(_project(), extra)
+    if extra != "test":  # the release environment: `.[server]`, then the test packages
+        reqs += [(w, r) for w, r in requirement_lists(_project(), "server") if w != "dependencies"]
+    return reqs
 
 
 def test_installed_versions_are_inside_every_bound_of_the_test_install():
     extra = this_install()
-    problems = out_of_bounds(requirement_lists(_project(), extra), installed_versions())
+    problems = out_of_bounds(_install_lists(extra), installed_versions())
     assert not problems, ("installed versions leave pyproject.toml's bounds (the suite was not run against "
                           f"them; reinstall with pip install -e \".[{extra}]\" or run the suite and widen the "
                           "bound):\n" + "\n".join(problems))

@@ -62,10 +62,28 @@ def _setups(tmp_path: Path, plugin: bool):
     return ast.literal_eval(line[line.index("["):])
 
 
-def test_each_group_is_set_up_once_where_pytest_alone_sets_some_up_again(tmp_path):
-    # pytest groups by the parameter's index in each list: the indirect test's "c" (index 0) runs beside group
-    # "a", its "d" beside "b", so "c" and "d" are set up twice without the plugin.
+def test_each_group_is_set_up_once_in_one_block(tmp_path):
+    # What the project guarantees: with tests/ordering.py, every group is set up exactly once, whatever pytest
+    # alone does. pytest up to 9.1 grouped by the parameter's index in each list (the indirect test's "c" ran
+    # beside group "a", so "c" and "d" were set up twice); 9.2 groups by value by itself. Which one this pytest
+    # does is reported, not asserted: the guarantee must hold on both.
     without = _setups(tmp_path, plugin=False)
-    assert sorted(without) != sorted(set(without)), without
+    print("pytest alone set up:", without)
     with_plugin = _setups(tmp_path, plugin=True)
     assert sorted(with_plugin) == ["a", "b", "c", "d"], with_plugin
+
+
+def test_the_plugin_regroups_a_split_group():
+    # The plugin's own contract, on items pytest 9.0/9.1 would hand it: a group split in two places becomes one
+    # block in the slots those tests held, and a test without the parameter keeps its place.
+    from tests.ordering import one_block_per_value
+
+    class Item:
+        def __init__(self, name, served=None):
+            self.name = name
+            if served is not None:
+                self.callspec = type("CallSpec", (), {"params": {"served": served}})()
+
+    items = [Item("a1", "a"), Item("c1", "c"), Item("plain"), Item("a2", "a"), Item("c2", "c"), Item("b1", "b")]
+    one_block_per_value(items, "served")
+    assert [i.name for i in items] == ["a1", "a2", "plain", "c1", "c2", "b1"]
