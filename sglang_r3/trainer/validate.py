@@ -11,6 +11,7 @@ import numpy as np
 
 from sglang_r3.core.layout import ModelLayout
 from sglang_r3.core.record import RecordError, RoutingRecord, token_array, token_digest
+from sglang_r3.trainer.join import MIXED_PREFIX
 
 
 def sample_token_ids(tokens: Any, sample: int = 0) -> np.ndarray:
@@ -53,7 +54,9 @@ def check_record(
     tokens: the sample's token ids (prompt + completion). weight_version: the version of the
     weights the trainer holds; None skips that check (the caller does not know it).
     allow_mixed_versions: accept a record whose rows were routed under several weight versions
-    (``"mixed:v1,v2"``: a request or a joined sample that spanned a weight update).
+    (``"mixed:v1,v2"``: a request or a joined sample that spanned a weight update); with weight_version
+    given too, the version the trainer holds must be one of those the record spans (slime's partial
+    rollouts: begun under the previous weights, finished under the ones now trained).
     """
     where = f"sample {sample}"
     if not isinstance(record, RoutingRecord):
@@ -103,12 +106,22 @@ def _check_identity(
             f"{record.tokens_digest} != {token_digest(ids)} of the sample's {len(ids)} tokens); "
             f"records and samples are mismatched (e.g. two samples swapped)"
         )
-    mixed = record.weight_version is not None and record.weight_version.startswith("mixed:")
-    if mixed and not allow_mixed and weight_version is None:
-        raise RecordError(
-            f"{where}: record was routed under several weight versions ({record.weight_version}); its rows "
-            f"do not all belong to one set of weights (pass allow_mixed_versions=True to accept it)"
-        )
+    mixed = record.weight_version is not None and record.weight_version.startswith(MIXED_PREFIX)
+    if mixed:
+        spanned = record.weight_version[len(MIXED_PREFIX):].split(",")
+        if not allow_mixed:
+            held = "" if weight_version is None else f", and the trainer holds weight version {weight_version!r}"
+            raise RecordError(
+                f"{where}: record was routed under several weight versions ({record.weight_version}); its rows "
+                f"do not all belong to one set of weights{held} (pass allow_mixed_versions=True to accept it)"
+            )
+        if weight_version is not None and weight_version not in spanned:
+            raise RecordError(
+                f"{where}: record was routed under weight versions {spanned} ({record.weight_version}), none of "
+                f"them the one the trainer holds, weight version {weight_version!r}; its routing belongs to "
+                f"other weights"
+            )
+        return
     if weight_version is not None and record.weight_version != weight_version:
         got = "no weight_version" if record.weight_version is None else f"weight version {record.weight_version!r}"
         raise RecordError(

@@ -260,5 +260,25 @@ def test_record_that_spanned_a_weight_update_is_refused_unless_mixed_versions_ar
     with pytest.raises(RecordError, match=r"sample 0: record was routed under several weight versions \(mixed:v1,v2\)"):
         check_record(rec, glm_layout, toks)
     check_record(rec, glm_layout, toks, allow_mixed_versions=True)
-    with pytest.raises(RecordError, match=r"trainer holds weight version 'v2'"):
-        check_record(rec, glm_layout, toks, weight_version="v2", allow_mixed_versions=True)
+    # Without allow_mixed_versions a held version does not change the answer: the record spans an update.
+    with pytest.raises(RecordError, match=r"several weight versions \(mixed:v1,v2\).*holds weight version 'v2'.*"
+                                          r"allow_mixed_versions=True"):
+        check_record(rec, glm_layout, toks, weight_version="v2")
+
+
+@pytest.mark.parametrize("held", ["v1", "v2"])
+def test_allowed_mixed_record_is_accepted_with_a_held_version_it_spans(glm_layout, held):
+    # slime's partial rollouts: begun under v1, finished under v2; the trainer sets both options.
+    rec, toks = synthetic_sample(glm_layout, 6, weight_version="mixed:v1,v2")
+    check_record(rec, glm_layout, toks, weight_version=held, allow_mixed_versions=True)
+
+
+def test_allowed_mixed_record_of_other_weights_is_refused(glm_layout):
+    rec, toks = synthetic_sample(glm_layout, 6, weight_version="mixed:v1,v2")
+    with pytest.raises(RecordError, match=r"weight versions \['v1', 'v2'\] \(mixed:v1,v2\), none of them the one "
+                                          r"the trainer holds, weight version 'v3'"):
+        check_record(rec, glm_layout, toks, weight_version="v3", allow_mixed_versions=True)
+    # "v1" inside another name is not v1
+    rec, toks = synthetic_sample(glm_layout, 6, weight_version="mixed:v10,v2")
+    with pytest.raises(RecordError, match="none of them"):
+        check_record(rec, glm_layout, toks, weight_version="v1", allow_mixed_versions=True)
