@@ -12,6 +12,7 @@ import pytest
 
 from sglang_r3.trainer.client import (
     AsyncRoutingClient,
+    RoutingArgumentError,
     RoutingClient,
     RoutingClientError,
     RoutingServerError,
@@ -171,12 +172,46 @@ def test_decode_routing_from_meta_info():
         decode_routing({"prompt_tokens": 3})
 
 
-def test_input_validation():
-    c = _client(FakeServer())
-    with pytest.raises(ValueError, match="exactly one"):
-        c.generate()
-    with pytest.raises(ValueError, match="exactly one"):
-        c.generate("x", input_ids=[1])
+@pytest.mark.parametrize("call, message", [
+    ({}, "exactly one of prompts or input_ids"),
+    ({"prompts": "x", "input_ids": [1]}, "exactly one of prompts or input_ids"),
+    ({"prompts": []}, "prompts must be a string or a non-empty list of strings"),
+    ({"prompts": ["a", 3]}, "prompts must be a string or a non-empty list of strings"),
+    ({"input_ids": []}, "input_ids must not be empty"),
+    ({"input_ids": "1 2 3"}, "input_ids must be token ids, got str"),
+    ({"input_ids": 7}, "input_ids must be a list of token ids, got int"),
+    ({"input_ids": [[1, 2], []]}, r"input_ids\[1\] must not be empty"),
+    ({"input_ids": [[1, 2], [3, "x"]]}, r"input_ids\[1\] holds 'x', not a token id"),
+    ({"input_ids": [[1, 2], [3, 1.5]]}, r"input_ids\[1\] holds 1.5, not a token id"),
+    ({"input_ids": [1, None]}, r"input_ids\[0\] must be a token id or a list of token ids"),
+])
+def test_a_malformed_call_raises_the_documented_error_and_sends_nothing(call, message):
+    # docs/api.md: RoutingClientError for a malformed call; still a ValueError for callers that caught one.
+    server = FakeServer()
+    c = _client(server)
+    with pytest.raises(RoutingArgumentError, match=message) as e:
+        c.generate(**call)
+    assert isinstance(e.value, RoutingClientError) and isinstance(e.value, ValueError)
+    with pytest.raises(RoutingArgumentError, match=message):
+        asyncio.run(_async_generate(call))
+    assert server.requests == []
+
+
+async def _async_generate(call):
+    async with AsyncRoutingClient("http://r3", client=httpx.AsyncClient(transport=httpx.MockTransport(FakeServer()))) as c:
+        return await c.generate(**call)
+
+
+def test_a_malformed_batch_size_is_the_same_error():
+    with pytest.raises(RoutingArgumentError, match="batch_size must be >= 1"):
+        _client(FakeServer()).generate_many([[1]], batch_size=0)
+
+
+def test_integer_ids_of_numpy_are_token_ids():
+    server = FakeServer()
+    _client(server).generate(input_ids=np.array([1, 2, 3]))
+    _client(server).generate(input_ids=[np.array([4, 5], dtype=np.int32)])
+    assert [json.loads(r.content)["input_ids"] for r in server.requests] == [[[1, 2, 3]], [[4, 5]]]
 
 
 def test_sync_generate_many_in_batches():

@@ -51,3 +51,23 @@ def test_slime_md_gives_the_manifest_checks_count_of_0_5_15():
     counts = re.findall(r"manifest check is clean \((\d+) of (\d+) targets\)", _flat("docs/slime.md"))
     # `python -m sglang_r3.serving.patches.manifest` prints "N of N SGLang targets": every entry of the release
     assert counts == [(str(len(entries(V0_5_15))),) * 2]
+
+
+# -- the client's exceptions -----------------------------------------------------------------------------------
+
+
+def test_api_md_lists_every_exception_the_client_exports_with_what_it_is():
+    import sglang_r3.trainer.client as client
+    from sglang_r3.trainer.client import RoutingArgumentError, RoutingClientError
+
+    api = _text("docs/api.md")
+    table = api[api.index("### Client exceptions"):]
+    exported = [n for n in client.__all__ if isinstance(getattr(client, n), type)
+                and issubclass(getattr(client, n), Exception)]
+    assert {"RoutingClientError", "RoutingArgumentError", "RoutingServerError", "RoutingUnavailableError"} <= set(exported)
+    for name in exported:
+        assert f"| `{name}` |" in table, f"docs/api.md's client exceptions do not list {name}"
+    # The documented error for a malformed call, which callers that caught the old ValueError still catch
+    assert issubclass(RoutingArgumentError, RoutingClientError) and issubclass(RoutingArgumentError, ValueError)
+    row = next(line for line in table.splitlines() if line.startswith("| `RoutingArgumentError` |"))
+    assert "ValueError" in row and "input_ids" in row and "prompts" in row

@@ -7,7 +7,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import httpx
 
-from sglang_r3.trainer.client.errors import RoutingClientError
+from sglang_r3.trainer.client.errors import RoutingArgumentError
 from sglang_r3.trainer.client.results import GenerateResult, parse_outputs
 from sglang_r3.trainer.client.transport import (
     InputIds,
@@ -86,7 +86,7 @@ class AsyncRoutingClient:
         """
         seqs = [list(s) for s in input_ids]
         if batch_size < 1 or concurrency < 1:
-            raise RoutingClientError("batch_size and concurrency must be >= 1")
+            raise RoutingArgumentError("batch_size and concurrency must be >= 1")
         gate = asyncio.Semaphore(concurrency)
 
         async def one(batch: List[List[int]]) -> List[GenerateResult]:

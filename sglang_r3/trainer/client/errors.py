@@ -9,6 +9,11 @@ class RoutingClientError(RuntimeError):
     """The request could not be made or its answer could not be read."""
 
 
+class RoutingArgumentError(RoutingClientError, ValueError):
+    """A call was malformed (``prompts`` / ``input_ids``, ``batch_size``): nothing was sent. A
+    RoutingClientError, and a ValueError as well, for callers that caught the ValueError it was."""
+
+
 class RoutingServerError(RoutingClientError):
     """The server answered with an HTTP error; carries the server's own message."""
 

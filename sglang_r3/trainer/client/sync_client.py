@@ -6,7 +6,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import httpx
 
-from sglang_r3.trainer.client.errors import RoutingClientError
+from sglang_r3.trainer.client.errors import RoutingArgumentError
 from sglang_r3.trainer.client.results import GenerateResult, parse_outputs
 from sglang_r3.trainer.client.transport import (
     InputIds,
@@ -77,7 +77,7 @@ class RoutingClient:
         """Many samples in server batches of batch_size, results in input order."""
         seqs = [list(s) for s in input_ids]
         if batch_size < 1:
-            raise RoutingClientError("batch_size must be >= 1")
+            raise RoutingArgumentError("batch_size must be >= 1")
         results: List[GenerateResult] = []
         for i in range(0, len(seqs), batch_size):
             results += self.generate(input_ids=seqs[i : i + batch_size], sampling_params=sampling_params, **kw)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import operator
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import httpx
 import msgpack
 
-from sglang_r3.trainer.client.errors import RoutingClientError, RoutingServerError
+from sglang_r3.trainer.client.errors import RoutingArgumentError, RoutingClientError, RoutingServerError
 
 MSGPACK = "application/msgpack"
 JSON = "application/json"
@@ -22,20 +23,49 @@ def accept_headers(binary: bool) -> Dict[str, str]:
 
 
 def normalize_inputs(prompts: Optional[Prompts], input_ids: Optional[InputIds]) -> Tuple[str, List[Any]]:
-    """('text' | 'input_ids', list of one entry per sample)."""
+    """('text' | 'input_ids', list of one entry per sample); RoutingArgumentError naming what is malformed."""
     if (prompts is None) == (input_ids is None):
-        raise ValueError("pass exactly one of prompts or input_ids")
+        raise RoutingArgumentError("pass exactly one of prompts or input_ids")
     if prompts is not None:
         items = [prompts] if isinstance(prompts, str) else list(prompts)
         if not items or not all(isinstance(p, str) for p in items):
-            raise ValueError("prompts must be a string or a non-empty list of strings")
+            raise RoutingArgumentError("prompts must be a string or a non-empty list of strings")
         return "text", items
-    ids = list(input_ids)
+    if isinstance(input_ids, (str, bytes)):
+        raise RoutingArgumentError(f"input_ids must be token ids, got {type(input_ids).__name__}")
+    try:
+        ids = list(input_ids)
+    except TypeError:
+        raise RoutingArgumentError(f"input_ids must be a list of token ids, got {type(input_ids).__name__}") from None
     if not ids:
-        raise ValueError("input_ids must not be empty")
-    if all(isinstance(x, int) for x in ids):
+        raise RoutingArgumentError("input_ids must not be empty")
+    if all(_is_id(x) for x in ids):
         return "input_ids", [[int(x) for x in ids]]
-    return "input_ids", [[int(x) for x in seq] for seq in ids]
+    out = []
+    for i, seq in enumerate(ids):
+        if isinstance(seq, (str, bytes)) or not hasattr(seq, "__iter__"):
+            raise RoutingArgumentError(f"input_ids[{i}] must be a token id or a list of token ids, got {seq!r:.60}")
+        seq = list(seq)
+        if not seq:
+            raise RoutingArgumentError(f"input_ids[{i}] must not be empty")
+        if not all(_is_id(x) for x in seq):
+            bad = next(x for x in seq if not _is_id(x))
+            raise RoutingArgumentError(f"input_ids[{i}] holds {bad!r:.60}, not a token id")
+        out.append([int(x) for x in seq])
+    return "input_ids", out
+
+
+def _is_id(x: Any) -> bool:
+    """An integer token id (numpy and torch integer scalars included; bool is not one)."""
+    if isinstance(x, bool):
+        return False
+    if isinstance(x, int):
+        return True
+    try:
+        operator.index(x)
+    except TypeError:
+        return False
+    return getattr(x, "ndim", 0) == 0
 
 
 def generate_body(
