@@ -35,8 +35,9 @@ def _default_routing() -> Any:
 
 
 def parse_routing_options(body: Dict[str, Any]) -> RoutingOptions:
+    defaulted = False
     if "return_routing" not in body and not body.get("return_routed_experts") and (d := _default_routing()):
-        body = {**body, "return_routing": d}
+        body, defaulted = {**body, "return_routing": d}, True
     try:
         opts = RoutingOptions.model_validate(body)
     except ValidationError as e:
@@ -50,7 +51,17 @@ def parse_routing_options(body: Dict[str, Any]) -> RoutingOptions:
     if opts.routing_start is not None and not opts.want_routing:
         raise RequestError("routing_start needs return_routing", field="routing_start")
     if opts.want_mtp:
-        topk = getattr(tokenizer_manager().server_args, "speculative_eagle_topk", None) or 1
+        server_args = tokenizer_manager().server_args
+        if getattr(server_args, "speculative_algorithm", None) is None:
+            # Asked for something it will not get: say so, rather than answer 200 without the section.
+            why = (" (the server's default routing: --r3-default-routing / SGLANG_R3_DEFAULT_ROUTING main+mtp)"
+                   if defaulted else "")
+            raise RequestError(
+                f"return_routing.mtp{why} needs a server with MTP speculation (--speculative-algorithm EAGLE or "
+                "NEXTN): this one drafts nothing, so there is no MTP-draft routing to return; main rows are",
+                field="return_routing",
+            )
+        topk = getattr(server_args, "speculative_eagle_topk", None) or 1
         if topk > 1:
             # Tree drafting routes sibling drafts per position; the MTP section cannot say which was kept.
             raise RequestError(

@@ -69,3 +69,64 @@ def test_the_mtp_section_schema_lists_every_field_the_record_sends():
                      tokens=np.arange(n, dtype=np.int32), rounds=np.zeros(n, np.int32))
     documented = set(_openapi()["components"]["schemas"]["MtpSection"]["properties"])
     assert set(mtp.to_wire()) == documented
+
+
+# -- the request guard: return_routing.mtp where nothing is drafted -------------------------------------------
+
+
+def _guard_on(monkeypatch, default_routing=None, **server_args):
+    """parse_routing_options as a server with these ServerArgs values (and default routing) runs it."""
+    from types import SimpleNamespace
+
+    import sglang_r3_server.request as request
+    from sglang_r3.core import settings
+
+    args = SimpleNamespace(**{"speculative_algorithm": None, "speculative_eagle_topk": None, **server_args})
+    monkeypatch.setattr(request, "tokenizer_manager", lambda: SimpleNamespace(server_args=args))
+    monkeypatch.setattr(settings, "current", lambda: settings.Settings(default_routing=default_routing))
+    return request
+
+
+@pytest.mark.parametrize("option", [{"mtp": True}, {"main": False, "mtp": True}, {"main": True, "mtp": True}])
+def test_the_mtp_section_on_a_server_without_speculation_is_refused_by_name(monkeypatch, option):
+    # Fail closed, as tree drafting is: asked for a section it would not get, the request gets a 400 saying why.
+    request = _guard_on(monkeypatch)
+    with pytest.raises(request.RequestError, match=r"^return_routing\.mtp needs a server with MTP speculation .*"
+                                                   r"drafts nothing.*; main rows are$") as e:
+        request.parse_routing_options({"input_ids": [1, 2], "return_routing": option})
+    assert e.value.field == "return_routing" and e.value.status == 400
+    body = e.value.response().body
+    assert b'"type":"invalid_request_error"' in body and b'"field":"return_routing"' in body
+
+
+def test_a_default_of_main_mtp_on_a_server_without_speculation_names_the_default(monkeypatch):
+    request = _guard_on(monkeypatch, default_routing="main+mtp")
+    with pytest.raises(request.RequestError, match=r"default routing: --r3-default-routing / "
+                                                   r"SGLANG_R3_DEFAULT_ROUTING main\+mtp"):
+        request.parse_routing_options({"input_ids": [1, 2]})
+    # Main rows alone, asked explicitly, are served there
+    assert request.parse_routing_options({"input_ids": [1, 2], "return_routing": True}).want_routing
+
+
+def test_the_mtp_section_is_taken_where_mtp_speculation_drafts_a_chain_and_refused_for_a_tree(monkeypatch):
+    request = _guard_on(monkeypatch, speculative_algorithm="EAGLE", speculative_eagle_topk=1)
+    assert request.parse_routing_options({"input_ids": [1], "return_routing": {"mtp": True}}).want_mtp
+    request = _guard_on(monkeypatch, speculative_algorithm="EAGLE", speculative_eagle_topk=2)
+    with pytest.raises(request.RequestError, match="not supported with tree drafting"):
+        request.parse_routing_options({"input_ids": [1], "return_routing": {"mtp": True}})
+    request = _guard_on(monkeypatch)  # no speculation: main rows and upstream's field are unaffected
+    assert not request.parse_routing_options({"input_ids": [1], "return_routing": {"mtp": False}}).want_mtp
+    assert request.parse_routing_options({"input_ids": [1], "return_routed_experts": True}).any
+
+
+def test_the_docs_name_the_refusal_of_the_mtp_section_without_speculation(monkeypatch):
+    from pathlib import Path
+
+    request = _guard_on(monkeypatch)
+    with pytest.raises(request.RequestError) as e:
+        request.parse_routing_options({"input_ids": [1], "return_routing": {"mtp": True}})
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    start = str(e.value).split(": this one")[0]
+    assert f"400 `{start}: this one drafts nothing" in (docs / "troubleshooting.md").read_text()
+    row = next(line for line in (docs / "api.md").read_text().splitlines() if line.startswith("| `return_routing.mtp` |"))
+    assert "without MTP speculation" in row and "tree" in row

@@ -390,7 +390,7 @@ def classic_cases() -> List[Case]:
         Case("HTML accepted only", base(), OK, {"accept": "text/html"}),
         Case("garbage accept header", base(), OK, {"accept": ";;;,,,=="}),
         Case("routing asked, msgpack", base(return_routing=True), OK, {"accept": MSGPACK}),
-        Case("routing with MTP section on a non-speculative server", base(return_routing={"mtp": True}), OK),
+        Case("routing with MTP section on a non-speculative server (refused by name)", base(return_routing={"mtp": True}), BAD),
         Case("routing_start at the prompt length", base(return_routing=True, routing_start=len(PROMPT)), OK),
         Case("batch of two prompts with routing", base(input_ids=[[1, 2], [3, 4]], return_routing=True), OK),
         Case("scoring-style pooling request",
