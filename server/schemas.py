@@ -32,7 +32,8 @@ class RoutingOptions(BaseModel):
         None, ge=0, description="Return rows from this token position on (partial rollouts); <= prompt length."
     )
     return_routed_experts: StrictBool = Field(
-        False, description="Upstream SGLang field: base64 int32 [T-1, num_hidden_layers, topk] in meta_info.routed_experts."
+        False, description="Upstream SGLang field: base64 int32 [T-1-start, num_hidden_layers, topk] in "
+        "meta_info.routed_experts (start: routing_start or routed_experts_start_len, 0 when neither is sent)."
     )
     routed_experts_start_len: Optional[StrictInt] = Field(None, ge=0, description="Upstream start for routed_experts.")
 
@@ -133,7 +134,8 @@ class RoutedMetaInfo(BaseModel):
     routing_error: Optional[RoutingErrorSchema] = None
     routing_ref: Optional[RoutingHandleSchema] = None
     routed_experts: Optional[str] = Field(
-        None, description="Upstream's field when asked for: base64 int32 [T-1, num_hidden_layers, topk]."
+        None, description="Upstream's field when asked for: base64 int32 [T-1-start, num_hidden_layers, topk] (start: "
+        "routing_start or routed_experts_start_len, 0 when neither is sent)."
     )
 
 
@@ -161,7 +163,11 @@ class CaptureStats(BaseModel):
 
 class ErrorBody(BaseModel):
     message: str
-    field: Optional[str] = None
+    type: Optional[Literal["invalid_request_error"]] = Field(
+        None, description="`invalid_request_error` on sglang-r3's own refusals (a routing option, the body); absent on "
+        "SGLang's own (the input guard)."
+    )
+    field: Optional[str] = Field(None, description="The request field to change, when one is to blame.")
 
 
 class ErrorResponse(BaseModel):

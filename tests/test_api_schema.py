@@ -130,3 +130,43 @@ def test_the_docs_name_the_refusal_of_the_mtp_section_without_speculation(monkey
     assert f"400 `{start}: this one drafts nothing" in (docs / "troubleshooting.md").read_text()
     row = next(line for line in (docs / "api.md").read_text().splitlines() if line.startswith("| `return_routing.mtp` |"))
     assert "without MTP speculation" in row and "tree" in row
+
+
+# -- the live schema says what the code returns ------------------------------------------------------------------
+
+
+def test_the_error_body_schema_has_every_key_our_refusals_send():
+    import json
+
+    from sglang_r3_server.request import RequestError
+
+    schema = _openapi()["components"]["schemas"]["ErrorBody"]
+    documented = set(schema["properties"])
+    for err in (RequestError("routing_start needs return_routing", field="routing_start"), RequestError("not JSON")):
+        body = json.loads(err.response().body)["error"]
+        assert set(body) <= documented, f"ErrorBody lacks {set(body) - documented}"
+        assert set(schema.get("required", [])) <= set(body)
+        assert body["type"] == "invalid_request_error"
+    assert {"message", "type", "field"} == documented
+    kinds = schema["properties"]["type"]["anyOf"][0]
+    assert kinds.get("enum", [kinds.get("const")]) == ["invalid_request_error"]
+
+
+def test_routed_experts_has_the_shape_api_md_gives_it(monkeypatch):
+    # The oracle: the body SGLang receives asks upstream's capturer for rows from the start the request named.
+    import re
+    from pathlib import Path
+
+    request = _guard_on(monkeypatch)
+    body = {"input_ids": [1, 2, 3, 4, 5], "return_routed_experts": True, "routing_start": 3, "return_routing": True}
+    assert request.rewrite_body(body, request.parse_routing_options(body))["routed_experts_start_len"] == 3
+
+    api = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+    row = next(line for line in api.splitlines() if line.startswith("| `routed_experts` |"))
+    shape = re.search(r"`(\[T-1[^`]*\])`", row).group(1)
+    assert shape == "[T-1-start, num_hidden_layers, topk]"
+    doc = _openapi()["components"]["schemas"]
+    assert shape in doc["RoutedMetaInfo"]["properties"]["routed_experts"]["description"]
+    from sglang_r3_server.schemas import RoutingOptions  # the request side, parsed by hand: not in /openapi.json
+
+    assert shape in RoutingOptions.model_json_schema()["properties"]["return_routed_experts"]["description"]
