@@ -77,12 +77,17 @@ class MtpSection(BaseModel):
     num_entries: int
     topk: int
     dtype: Literal["uint8", "uint16"]
-    positions: str = Field(description="base64 int32 [n]: token position routed by the draft forward")
+    positions: str = Field(
+        description="base64 int32 [n]: the position p the draft forward ran at (it reads the target's hidden state of token p)"
+    )
     depth: str = Field(description="base64 uint8 [n]: MTP depth (1-based)")
     step: str = Field(description="base64 uint8 [n]: draft step within the speculation round")
     accepted: str = Field(description="base64 uint8 [n]: 1 if the drafted token was accepted")
     experts: str = Field(description="base64 [n, topk] expert ids")
-    tokens: Optional[str] = Field(None, description="base64 int32 [n]: the token id the draft forward routed")
+    tokens: Optional[str] = Field(
+        None, description="base64 int32 [n]: the token id whose embedding the draft forward routed, the sequence's token "
+        "at positions + depth (p + 1 at depth 1)"
+    )
     rounds: Optional[str] = Field(None, description="base64 int32 [n]: the speculation round (a server-wide counter)")
 
 

@@ -170,3 +170,10 @@ def test_routed_experts_has_the_shape_api_md_gives_it(monkeypatch):
     from sglang_r3_server.schemas import RoutingOptions  # the request side, parsed by hand: not in /openapi.json
 
     assert shape in RoutingOptions.model_json_schema()["properties"]["return_routed_experts"]["description"]
+
+
+def test_the_mtp_section_schema_places_its_tokens_as_api_md_does():
+    props = _openapi()["components"]["schemas"]["MtpSection"]["properties"]
+    assert "positions + depth (p + 1 at depth 1)" in props["tokens"]["anyOf"][0].get("description", "") + \
+        props["tokens"].get("description", "")
+    assert "the position p the draft forward ran at" in props["positions"]["description"]

@@ -71,3 +71,58 @@ def test_api_md_lists_every_exception_the_client_exports_with_what_it_is():
     assert issubclass(RoutingArgumentError, RoutingClientError) and issubclass(RoutingArgumentError, ValueError)
     row = next(line for line in table.splitlines() if line.startswith("| `RoutingArgumentError` |"))
     assert "ValueError" in row and "input_ids" in row and "prompts" in row
+
+
+# -- what the code reads, found in its source (the serving modules import SGLang: read, not imported) -----------
+
+
+def _function(path: str, name: str) -> str:
+    import ast
+
+    source = _text(path)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return ast.get_source_segment(source, node)
+    raise AssertionError(f"{path} has no function {name}")
+
+
+def _row(path: str, first_cell: str) -> str:
+    rows = [line for line in _text(path).splitlines() if line.startswith(f"| {first_cell} |")]
+    assert len(rows) == 1, f"{path}: {len(rows)} rows start with {first_cell}"
+    return rows[0]
+
+
+def test_capture_off_is_told_as_the_code_chooses_it_from_the_mode_at_finish():
+    # The scheduler picks the code when the finished request's rows are gathered, from the capture mode then.
+    collect = _function("sglang_r3/serving/patches/capture.py", "collect_request_rows")
+    assert 'code = "capture_off" if not cap.capture_main else "missing_rows"' in collect
+    row = _row("docs/api.md", "`capture_off`")
+    assert "when the request finishes" in row and "not from when the missing KV was computed" in row
+    assert "capture is on when the request finishes" in _row("docs/api.md", "`missing_rows`")
+    assert "`capture_off` if capture is still off when it finishes, `missing_rows` if it is back on" in _flat(
+        "docs/api.md")
+
+
+def test_the_mtp_sections_tokens_are_told_at_positions_plus_depth():
+    # The collector's own acceptance check: the entry at position p and depth d routed the sequence's token at p + d.
+    collect = _function("sglang_r3/serving/capture/draft.py", "collect")
+    assert "target = positions.astype(np.int64) + depth" in collect
+    assert 'seq[target[inside]] == r["tokens"][inside]' in collect
+    tokens = _row("docs/api.md", "`tokens`")
+    assert "`positions + depth` (p + 1 at depth 1), not the token at p" in tokens
+    assert "the position p the draft forward ran at" in _row("docs/api.md", "`positions`")
+
+
+def test_troubleshooting_names_the_release_that_prints_the_set_internal_state_log_line():
+    import ast
+
+    line = "sglang-r3: /set_internal_state refused:"
+    source = _text("sglang_r3/serving/patches/capture.py")
+    printers = [n.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)
+                and line in (ast.get_source_segment(source, n) or "")]
+    assert printers == ["take_capture_mode_knob"]
+    install = _function("sglang_r3/serving/patches/capture.py", "install_capture_patches")
+    only_015 = install.split("if release.is_0_5_15():", 1)[1].split("else:", 1)[0]
+    assert "take_capture_mode_knob" in only_015  # hooked on 0.5.15 only: 0.5.23 logs SGLang's own warning
+    rows = [r for r in _text("docs/troubleshooting.md").splitlines() if line in r]
+    assert rows and all("0.5.15.post1 (which prints it)" in r and "0.5.23" in r for r in rows)
