@@ -774,6 +774,9 @@ FLIPPED: Dict[str, Dict[str, Any]] = {
 # launcher's exit message).
 REFUSED_FLIPS: Dict[str, tuple] = {
     "qwen3_moe_mlp_only_layers": ("qwen3_moe", dict(mlp_only_layers=[0]), "mlp_only_layers=[0] put dense MLPs"),
+    # held out, found served with other rows (issue 52): transformers windows every layer, qwen3_moe.py none
+    "qwen3_moe_sliding_window": ("qwen3_moe", dict(use_sliding_window=True, sliding_window=8),
+                                 "use_sliding_window=True with sliding_window=8"),
     "mixtral_head_dim": ("mixtral", dict(head_dim=32), "head_dim=32 is not hidden_size // num_attention_heads"),
     "mixtral_sliding_window": ("mixtral", dict(sliding_window=8), "sliding_window=8: SGLang 0.5.23 (mixtral.py)"),
     "ernie4_5_moe_use_bias": ("ernie4_5_moe", dict(use_bias=True), "use_bias=True: transformers' Ernie4_5_Moe"),

@@ -150,6 +150,9 @@ NOT_SERVED_WHY: Dict[str, str] = {
     # Config-space flips SGLang 0.5.23 builds otherwise (tests/families.py REFUSED_FLIPS)
     "qwen3_moe_mlp_only_layers": "`mlp_only_layers` / `decoder_sparse_step` that make layers dense refused at "
                                  "start-up: SGLang's qwen3_moe.py builds every layer MoE",
+    "qwen3_moe_sliding_window": "`use_sliding_window: true` with a `sliding_window` shorter than the context "
+                                "refused at start-up (Qwen2-MoE too): SGLang's qwen3_moe.py reads neither key and "
+                                "attends to every key, transformers windows every layer",
     "mixtral_head_dim": "`head_dim` ≠ `hidden_size // num_attention_heads` refused at start-up: SGLang's mixtral.py "
                         "sizes its heads from the latter (its forward stopped on a shape mismatch)",
     "ernie4_5_moe_use_bias": "`use_bias: true` refused at start-up: transformers' class then saves an "
@@ -182,7 +185,8 @@ NOT_SERVED_WHY: Dict[str, str] = {
 LAYOUT: Dict[str, str] = {
     "GLM-4.5 / 4.7": "first `first_k_dense_replace` dense, NextN MTP",
     "DeepSeek-V3": "first `first_k_dense_replace` dense, NextN MTP; `moe_layer_freq` ≠ 1 refused (SGLang honours "
-                   "it, transformers does not)",
+                   "it, transformers does not), and a config.json without it (a transformers save) refused naming "
+                   "the value to add",
     "DeepSeek-V2": "as DeepSeek-V3",
     "GLM-4.7-Flash": "first `first_k_dense_replace` dense (its `mlp_layer_types` must agree), MLA, NextN MTP (MoE); "
                      "`q_lora_rank: null` refused",
@@ -191,8 +195,9 @@ LAYOUT: Dict[str, str] = {
     "DeepSeek-V3.2 (DSA)": "as DeepSeek-V3 (MLA + DSA indexer), NextN MTP; on the CPU runtime a context longer than "
                            "`index_topk` refused",
     "Qwen3-MoE": "every layer MoE; `mlp_only_layers` / `decoder_sparse_step` ≠ 1 refused (SGLang builds those "
-                 "layers MoE)",
-    "Qwen2-MoE": "every layer MoE",
+                 "layers MoE), and `use_sliding_window` with a window shorter than the context (SGLang reads neither)",
+    "Qwen2-MoE": "every layer MoE; `use_sliding_window` with a window shorter than the context refused (SGLang reads "
+                 "neither key)",
     "Qwen3-Next": "every layer MoE (linear and full attention alike), its MTP layers as the config says; "
                   "`attention_bias` refused",
     "Qwen3.5-MoE": "every layer MoE (linear and full attention alike), `mtp_num_hidden_layers` MTP layers; "

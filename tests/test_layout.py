@@ -256,6 +256,22 @@ def test_qwen_dense_layers_are_refused(override):
         layout_from_hf_config({**load("qwen3_30b_a3b"), **override})
 
 
+@pytest.mark.parametrize("override, refused", [
+    ({"use_sliding_window": True, "sliding_window": 8}, True),
+    ({"use_sliding_window": True, "sliding_window": 262144}, False),  # a window as long as the context masks nothing
+    ({"use_sliding_window": False, "sliding_window": 8}, False),  # the class keeps no window then
+])
+def test_qwen3_moe_sliding_window_sglang_does_not_read_is_refused(override, refused):
+    # The held-out variant issue 52 found served with other rows: transformers' Qwen3-MoE windows every layer,
+    # SGLang's qwen3_moe.py attends to every key.
+    cfg = {**load("qwen3_30b_a3b"), **override}
+    if refused:
+        with pytest.raises(LayoutError, match="use_sliding_window=True with sliding_window=8"):
+            layout_from_hf_config(cfg)
+    else:
+        layout_from_hf_config(cfg)
+
+
 def _sglang_config(directory, cfg):
     """The config object SGLang's own loader resolves from a folder holding ``cfg``."""
     pytest.importorskip("sglang")

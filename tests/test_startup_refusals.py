@@ -605,6 +605,48 @@ def test_a_transformers_saved_qwen_hybrid_without_full_attention_interval_is_ref
     assert [h for h in hits if "full_attention_interval" in str(h)] == []
 
 
+# arch -> transformers' config class (transformers 5.12.1 has no DeepSeek-V3.2 / GLM-5 class: skipped there)
+_DEEPSEEK_LAYER_CLASSES = {"DeepseekV3ForCausalLM": "DeepseekV3Config", "DeepseekV2ForCausalLM": "DeepseekV2Config",
+                           "DeepseekV32ForCausalLM": "DeepseekV32Config", "GlmMoeDsaForCausalLM": "GlmMoeDsaConfig"}
+
+
+@pytest.mark.parametrize("arch", list(_DEEPSEEK_LAYER_CLASSES))
+def test_a_transformers_saved_deepseek_without_moe_layer_freq_is_refused_naming_the_key(sglang_args, tmp_path,
+                                                                                        arch):
+    import json
+
+    import transformers
+    from sglang.srt.models.deepseek_v2 import DeepseekV2DecoderLayer
+
+    cls = getattr(transformers, _DEEPSEEK_LAYER_CLASSES[arch], None)
+    if cls is None:
+        pytest.skip(f"transformers {transformers.__version__} has no {_DEEPSEEK_LAYER_CLASSES[arch]}")
+    config = cls(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                 n_routed_experts=8, num_experts_per_tok=2, vocab_size=128, first_k_dense_replace=1)
+    config.architectures = [arch]
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert "moe_layer_freq" not in saved
+    # The oracle is SGLang's own layer builder over that config: it stops there, after start-up would accept it.
+    with pytest.raises(AttributeError, match="moe_layer_freq"):
+        DeepseekV2DecoderLayer._is_layer_sparse(transformers.PretrainedConfig(**saved), 1, is_nextn=False)
+    err = _refusal(sglang_args, ["--model-path", str(tmp_path)])
+    assert set(err.flags) == {f"--model-path {tmp_path}"}, str(err)
+    assert 'add "moe_layer_freq": 1' in str(err) and arch in str(err), str(err)
+    # The key as the refusal says: SGLang builds the layers transformers does, and the check passes.
+    saved["moe_layer_freq"] = 1
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    sg = transformers.PretrainedConfig(**saved)
+    # (transformers' DeepSeek-V2 / V3 make layer i MoE iff i >= first_k_dense_replace; V3.2 / GLM-5 by mlp_layer_types)
+    theirs = [t == "sparse" for t in getattr(config, "mlp_layer_types", None) or
+              ["sparse" if i >= config.first_k_dense_replace else "dense" for i in range(4)]]
+    assert [DeepseekV2DecoderLayer._is_layer_sparse(sg, i, is_nextn=False) for i in range(4)] == theirs
+    from sglang_r3.serving.patches.startup_checks import _checkpoint
+
+    hits = list(_checkpoint(types.SimpleNamespace(model_path=str(tmp_path)), None, resolved=False))
+    assert [h for h in hits if "moe_layer_freq" in str(h)] == [], hits
+
+
 @pytest.mark.parametrize("arch", ["GlmMoeDsaForCausalLM", "Qwen3NextForCausalLM"])
 def test_what_sglang_0_5_15_cannot_run_on_the_cpu_runtime_is_refused_there_before_it_stops(sglang_args, tmp_path,
                                                                                           arch):

@@ -77,6 +77,12 @@ class Family:
     # Multimodal wrappers: outer model_type -> model_type of their text_config, for files whose
     # text_config names none.
     text_model_types: Mapping[str, str] = field(default_factory=dict)
+    # Keys SGLang's model file reads unconditionally (``config.key``, no default) that transformers' config class
+    # neither defines nor saves: key -> (the value the releases publish, where SGLang reads it). A checkpoint saved
+    # by transformers lacks them
+    # and SGLang's scheduler stops on an AttributeError while building the model. Start-up refuses such a
+    # checkpoint naming --model-path, the key and the value to add (serving/patches/startup_checks.py).
+    required_keys: Mapping[str, Tuple[Any, str]] = field(default_factory=dict)
 
     def __post_init__(self):
         if (self.rule is None) == (not self.refusal):
@@ -860,11 +866,35 @@ def _qwen_moe(v, arch) -> Stack:
         raise RuleError(
             f"{arch}: attention_bias=True: SGLang 0.5.23 (qwen3_next.py / qwen3_5.py) builds its attention "
             f"projections without biases, transformers adds them; refusing")
+    if arch in _WINDOW_UNREAD:
+        _refuse_unread_window(v, arch)
     n_mtp = _mtp_count(v, arch, default=_QWEN_MTP_DEFAULT.get(arch, 0))
     return _stack(L, lambda i: True, E, k, n_mtp, mtp_moe=True)
 
 
 _NO_ATTENTION_BIAS = ("Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")
+# transformers' Qwen3-MoE masks every layer's attention beyond sliding_window once use_sliding_window is set
+# (modeling_qwen3_moe.py: create_sliding_window_causal_mask; the config class keeps the window only then), Qwen2-MoE
+# the layers its layer_types make sliding; SGLang's qwen3_moe.py / qwen2_moe.py read neither key and attend to every
+# key. A held-out Qwen3-MoE checkpoint with a short window was served so: 28.9% of (token, layer) pairs agreed with
+# transformers' router top-k. Intern-S1's language model is qwen3_moe.py's.
+_WINDOW_UNREAD = ("Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "InternS1ForConditionalGeneration")
+
+
+def _refuse_unread_window(v, arch) -> None:
+    window = v.get("sliding_window")  # the view's: None / 0 unless use_sliding_window (the classes' __post_init__)
+    if not window:
+        return
+    layer_types = v.get("layer_types")
+    if isinstance(layer_types, (list, tuple)) and "sliding_attention" not in layer_types:
+        return  # Qwen2-MoE: no layer within max_window_layers is sliding
+    positions = _int(v, "max_position_embeddings", arch)
+    if window < positions:
+        raise RuleError(
+            f"{arch}: use_sliding_window=True with sliding_window={window}: transformers' {arch} masks attention "
+            f"beyond the last {window} keys, SGLang 0.5.23 ({'qwen2_moe.py' if 'Qwen2' in arch else 'qwen3_moe.py'}) "
+            f"reads neither key and attends to every key; refusing (set use_sliding_window false, as the releases "
+            f"publish it)")
 
 
 def _interns1(v, arch) -> Stack:
@@ -1334,6 +1364,11 @@ _LLAMA4_TEXT_ONLY_REFUSAL = (
     "model and routes otherwise (tests/test_families.py); serve the Llama4ForConditionalGeneration checkpoint"
 )
 
+# deepseek_v2.py's DeepseekV2DecoderLayer._is_layer_sparse reads config.moe_layer_freq (0.5.15.post1 and 0.5.23);
+# transformers' DeepseekV2 / V3 / V3.2 and GlmMoeDsa config classes have no such field, so their save omits it.
+# (GLM-4.7-Flash's glm4_moe_lite.py sets it to 1 itself.)
+_DEEPSEEK_V2_LAYER_KEYS = {"moe_layer_freq": (1, "deepseek_v2.py DeepseekV2DecoderLayer._is_layer_sparse")}
+
 # --- the registry ------------------------------------------------------------------------------------------
 
 FAMILIES: Tuple[Family, ...] = (
@@ -1343,19 +1378,19 @@ FAMILIES: Tuple[Family, ...] = (
     Family("GLM-4.5V / 4.6V (text)", {"Glm4vMoeForConditionalGeneration": "glm4v_moe"},
            {"glm4v_moe_text": _GLM4V_MOE_TEXT}, _glm4_moe, text_model_types={"glm4v_moe": "glm4v_moe_text"}),
     Family("DeepSeek-V3", {"DeepseekV3ForCausalLM": "deepseek_v3"}, {"deepseek_v3": _DEEPSEEK_V3}, _deepseek,
-           mtp=MTP_NEXTN),
+           mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V2_LAYER_KEYS),
     # Kimi-K2.5: kimi_k25.py builds its language model as deepseek_v2.py's DeepseekV3ForCausalLM from text_config
     # (published: model_type deepseek_v3, no MTP layers).
     Family("Kimi-K2.5 (text)", {"KimiK25ForConditionalGeneration": "kimi_k25"}, {"deepseek_v3": _DEEPSEEK_V3},
-           _deepseek, text_model_types={"kimi_k25": "deepseek_v3"}),
+           _deepseek, text_model_types={"kimi_k25": "deepseek_v3"}, required_keys=_DEEPSEEK_V2_LAYER_KEYS),
     Family("DeepSeek-V2", {"DeepseekV2ForCausalLM": "deepseek_v2"}, {"deepseek_v2": _DEEPSEEK_V2}, _deepseek,
-           mtp=MTP_NEXTN),
+           mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V2_LAYER_KEYS),
     Family("GLM-4.7-Flash", {"Glm4MoeLiteForCausalLM": "glm4_moe_lite"}, {"glm4_moe_lite": _GLM4_MOE_LITE},
            _glm4_moe_lite, mtp=MTP_NEXTN),
     Family("GLM-5 (DSA)", {"GlmMoeDsaForCausalLM": "glm_moe_dsa"}, {"glm_moe_dsa": _GLM_MOE_DSA}, _deepseek,
-           mtp=MTP_NEXTN),
+           mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V2_LAYER_KEYS),
     Family("DeepSeek-V3.2 (DSA)", {"DeepseekV32ForCausalLM": "deepseek_v32"}, {"deepseek_v32": _DEEPSEEK_V32},
-           _deepseek, mtp=MTP_NEXTN),
+           _deepseek, mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V2_LAYER_KEYS),
     Family("Qwen3-MoE", {"Qwen3MoeForCausalLM": "qwen3_moe"}, {"qwen3_moe": _QWEN3_MOE}, _qwen_moe),
     Family("Qwen2-MoE", {"Qwen2MoeForCausalLM": "qwen2_moe"}, {"qwen2_moe": _QWEN2_MOE}, _qwen_moe),
     Family("Qwen3-Next", {"Qwen3NextForCausalLM": "qwen3_next"}, {"qwen3_next": _QWEN_HYBRID_FACTS}, _qwen_moe,

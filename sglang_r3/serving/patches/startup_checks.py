@@ -593,6 +593,7 @@ def _checkpoint(cfg, names, *, resolved) -> Rule:
             f"from it (Qwen3NextConfig.layers_block_type) and ignores layer_types, which transformers 5 writes "
             f"instead; {_interval_hint(text.get('layer_types'), where)}"
         ))
+    yield from _required_keys(cfg, arch, text, "text_config." if text is not config else "")
     vision = config.get("vision_config")
     if arch in _NEEDS_DEEPSTACK_KEY and isinstance(vision, dict) and "deepstack_visual_indexes" not in vision:
         yield _Hit("model_path", cfg.model_path, (
@@ -611,6 +612,21 @@ def _checkpoint(cfg, names, *, resolved) -> Rule:
             layout_from_hf_config(config)
         except LayoutError as e:
             yield _Hit("model_path", cfg.model_path, str(e))
+
+
+def _required_keys(cfg, arch: str, text: dict, where: str) -> Rule:
+    """A key the family's SGLang model reads unconditionally that the checkpoint lacks (``Family.required_keys``:
+    transformers' config class neither defines nor saves it): refused naming the key and the value to add, where
+    SGLang's scheduler would stop on an AttributeError while building the model."""
+    from sglang_r3.core.families import family_of
+
+    family = family_of(arch)
+    missing = {k: v for k, v in (family.required_keys if family else {}).items() if k not in text}
+    for key, (value, reader) in missing.items():
+        yield _Hit("model_path", cfg.model_path, (
+            f"{arch}: its config.json has no {where}{key}, which SGLang's model reads unconditionally ({reader}) "
+            f"and transformers' config class neither defines nor saves (its scheduler would stop on an "
+            f"AttributeError); add \"{where}{key}\": {json.dumps(value)} as the published config.json has it"))
 
 
 # What SGLang 0.5.15.post1 itself cannot run on the CPU runtime, by architecture (measured: served by our launcher
