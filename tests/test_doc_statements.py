@@ -126,3 +126,71 @@ def test_troubleshooting_names_the_release_that_prints_the_set_internal_state_lo
     assert "take_capture_mode_knob" in only_015  # hooked on 0.5.15 only: 0.5.23 logs SGLang's own warning
     rows = [r for r in _text("docs/troubleshooting.md").splitlines() if line in r]
     assert rows and all("0.5.15.post1 (which prints it)" in r and "0.5.23" in r for r in rows)
+
+
+# -- the text's own shape: fences that close, paragraphs that end ----------------------------------------------
+
+
+def _markdown_files():
+    return ["README.md"] + sorted(f"docs/{p.name}" for p in DOCS.glob("*.md"))
+
+
+@pytest.mark.parametrize("path", _markdown_files())
+def test_code_fences_pair_up_and_hold_code(path):
+    lines = _text(path).splitlines()
+    opened = None
+    for i, line in enumerate(lines, 1):
+        if line.startswith("```"):
+            if opened is None:
+                opened = i
+            else:
+                body = lines[opened:i - 1]
+                assert any(x.strip() for x in body), f"{path}:{opened}: an empty code block (a stray fence?)"
+                assert line.strip() == "```", f"{path}:{i}: a fence with a language closes the block of line {opened}"
+                opened = None
+        elif opened is not None:
+            assert not line.startswith("## "), f"{path}:{i}: heading {line!r} is inside the code block of line {opened}"
+    assert opened is None, f"{path}:{opened}: a code block that never closes"
+
+
+@pytest.mark.parametrize("path", _markdown_files())
+def test_every_paragraph_ends_its_sentence(path):
+    """A prose paragraph ends with . : ; ? ! or ) unless a code block continues it (`... then` + ```)."""
+    lines = _text(path).splitlines()
+    fence, para = False, None  # para: the line number of the paragraph's last line so far
+    ends = []
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            fence, para = not fence, None
+            continue
+        if fence:
+            continue
+        plain = bool(line.strip()) and not line.startswith(("#", "|", "<!--", ">", " ")) and not re.match(
+            r"([-*]|\d+\.)\s", line)
+        if plain or (para is not None and line.startswith(" ") and line.strip()):
+            para = i
+        else:
+            if para is not None:
+                ends.append(para)
+            para = None
+    if para is not None:
+        ends.append(para)
+    for i in ends:
+        following = next((x for x in lines[i + 1:] if x.strip()), "")
+        if following.startswith("```"):
+            continue
+        assert re.search(r"[.:;?!)]$", lines[i].rstrip()), (
+            f"{path}:{i + 1}: a paragraph ends mid-sentence: {lines[i].rstrip()[-70:]!r}")
+
+
+def test_the_trainer_doc_says_what_fill_does_with_a_record_of_another_sample():
+    text = _flat("docs/trainer.md")
+    sentence = re.search(r"A record that does not belong to the model or the sample \(.*?\) is refused by `fill`[^.]*\.",
+                         text)
+    assert sentence, "docs/trainer.md: the sentence on records that do not belong is cut short"
+    assert "a weight version other than the filler's `weight_version`" in sentence.group(0)
+
+
+def test_testing_md_says_where_a_test_url_points_the_suite():
+    assert re.search(r"\(and `_SPEC`, `_TREE`, `_SOAK`\) points the tests that use that suite server at one you "
+                     r"already run, which the run then neither starts nor stops", _flat("docs/testing.md"))
