@@ -194,3 +194,54 @@ def test_the_trainer_doc_says_what_fill_does_with_a_record_of_another_sample():
 def test_testing_md_says_where_a_test_url_points_the_suite():
     assert re.search(r"\(and `_SPEC`, `_TREE`, `_SOAK`\) points the tests that use that suite server at one you "
                      r"already run, which the run then neither starts nor stops", _flat("docs/testing.md"))
+
+
+# -- the README's opening and its figures ------------------------------------------------------------------------
+
+
+def _readme_opening() -> list:
+    lines = _text("README.md").splitlines()
+    assert lines[0] == "# sglang-r3" and lines[1] == ""
+    return lines[2:7]
+
+
+def test_the_readme_opens_with_five_lines_what_where_cost_off_and_how_to_see_it():
+    opening = _readme_opening()
+    labels = ["What it does", "Where it is proven", "What it costs", "How to turn it off", "How to see it working"]
+    assert [re.match(r"- \*\*([^*]+)\*\*", line).group(1) for line in opening] == labels
+    what, where, cost, off, see = opening
+    assert "MTP-draft routing is kept apart" in what
+    assert "CPU runtime" in where
+    assert "nothing of SGLang's own GPU forward has run with the capture yet" in where
+    assert "a GPU check without SGLang (`python -m benchmarks.gpu_check`) passed on an H200" in where
+    assert "`SGLANG_R3_ENABLED` unset" in off and '`{"mode": "off"}`' in off and "POST /routing/capture" in off
+    assert '"SGLANG_R3_HEALTH": "1"' in see and "train/r3/flip_rate" in see
+    assert "`sglang-r3 capture: … KV slots`" in see and "`R3 (slime): … replays … decoder MoE layers by identity`" in see
+
+
+def test_the_readmes_cost_figures_are_the_benchmark_tables():
+    cost = _readme_opening()[2]
+    table = _text("docs/testing.md").split("## Benchmarks", 1)[1]
+    server = next(line for line in table.splitlines() if line.startswith("| server CPU, routed requests"))
+    low_high, median = re.search(r"(\d\.\d+–\d\.\d+), median (\d\.\d+)", server).groups()
+    assert f"{low_high}× the server CPU time of SGLang without R3 (median {median})" in cost
+    capture = next(line for line in table.splitlines() if line.startswith("| capture hot path per forward"))
+    ratios = [float(x) for x in re.search(r"\| ([\d. /]+) × \|", capture).group(1).split(" / ")]
+    assert f"{min(ratios):.2f}–{max(ratios):.2f}× the time of SGLang's own capturer" in cost
+    health = next(line for line in table.splitlines() if line.startswith("| replayed train step with live R3 health"))
+    assert round((float(re.search(r"\| (1\.\d+) \[", health).group(1)) - 1) * 100) == 1
+    assert "live R3 health adds about 1% to a replayed train step" in cost
+
+
+def test_the_readme_gives_the_suites_time_testing_md_measured():
+    measured = re.search(r"the whole run takes (\d+ to \d+) minutes on a 2-core machine", _flat("docs/testing.md"))
+    assert measured, "docs/testing.md no longer says how long the suite takes"
+    said = re.findall(r"(?:about )?(\d+(?: to \d+)?) minutes on 2 cores", _flat("README.md"))
+    assert said == [measured.group(1)], f"README says {said}, docs/testing.md {measured.group(1)} minutes"
+
+
+def test_the_readme_tells_verl_to_ask_each_request_for_its_rows():
+    verl = _flat("README.md").split("## verl and other in-process engines", 1)[1].split("## ", 1)[0]
+    assert "`engine.generate(..., return_routed_experts=True)`" in verl
+    # the in-process engine's own check asks the same way (tests/engine_check.py)
+    assert "return_routed_experts=True" in _text("tests/engine_check.py")
