@@ -339,6 +339,7 @@ OTHER_PROGRAMS = {
         "--use-rollout-routing-replay", "--use-routing-replay", "--custom-megatron-init-path", "--hf-checkpoint",
         "--mtp-num-layers", "--enable-mtp-training", "--mtp-loss-scaling-factor", "--data-pad-size-multiplier",
         "--allgather-cp", "--custom-convert-samples-to-train-data-path", "--custom-generate-function-path",
+        "--rollout-function-path", "--partial-rollout",
     ),
     "Megatron-LM (slime's training arguments)": (
         "--sequence-parallel", "--moe-router-fusion", "--moe-router-load-balancing-type",
