@@ -477,8 +477,9 @@ def test_every_flipped_key_changes_transformers_model(name):
 
 
 def _compare_rows(name, mode, url, out, want, T, trace) -> np.ndarray:
-    """Our record and upstream's routed_experts for one response against ``want`` ([T - 1, MoE layers, top-k],
-    sorted: ``trace``'s last forward); returns our rows, sorted."""
+    """Our record for one response against ``want`` ([T - 1, MoE layers, top-k], sorted: ``trace``'s last forward),
+    and a format check of our ``routed_experts`` field (our record re-encoded, not plain SGLang's capturer: that
+    oracle runs on the embedded model, tests/test_serving.py); returns our rows, sorted."""
     layout = fetch_layout(url)
     moe_cols = list(layout.moe_layer_ids)
     dense_cols = [l.id for l in layout.layers if l.role == ROLE_DENSE]
@@ -487,8 +488,9 @@ def _compare_rows(name, mode, url, out, want, T, trace) -> np.ndarray:
     got = np.sort(record.experts.astype(np.int64), axis=-1)
     _assert_router_topk(f"{name}/{mode}", trace, got, want)
     upstream = _upstream_rows(out["meta_info"]["routed_experts"], T, layout.num_hidden_layers, layout.topk)
-    np.testing.assert_array_equal(np.sort(upstream[:, moe_cols], axis=-1), got)
-    assert not upstream[:, dense_cols].any()
+    np.testing.assert_array_equal(np.sort(upstream[:, moe_cols], axis=-1), got,
+                                  err_msg="format check: our field re-encodes our record")
+    assert not upstream[:, dense_cols].any(), "format check: our field re-encodes our record"
     return got
 
 
@@ -786,9 +788,9 @@ class _LastColumn:
 
 
 def _check_spec_outputs(trace, layout, prompts, outs, draft):
-    """Responses of a server with MTP speculation on: our rows and upstream's routed_experts are transformers' router
-    top-k over prompt + completion (transformers never speculates), and the draft's routing is tagged and, for
-    verified tokens, transformers' top-k of the MTP layer."""
+    """Responses of a server with MTP speculation on: our rows are transformers' router top-k over prompt + completion
+    (transformers never speculates), our routed_experts field re-encodes them (a format check), and the draft's
+    routing is tagged and, for verified tokens, transformers' top-k of the MTP layer."""
     for prompt, out in zip(prompts, outs):
         tokens = prompt + list(out["output_ids"])
         rec = record_of(out)
@@ -796,7 +798,8 @@ def _check_spec_outputs(trace, layout, prompts, outs, draft):
         _assert_router_topk("speculation on", trace, got, trace.topk(tokens)[:-1])
         upstream = _upstream_rows(out["meta_info"]["routed_experts"], len(tokens), layout.num_hidden_layers,
                                   layout.topk)
-        np.testing.assert_array_equal(np.sort(upstream[:, list(layout.moe_layer_ids)], axis=-1), got)
+        np.testing.assert_array_equal(np.sort(upstream[:, list(layout.moe_layer_ids)], axis=-1), got,
+                                      err_msg="format check: our field re-encodes our record")
         _check_mtp_section(tokens, len(prompt), rec.mtp, draft)
 
 
