@@ -717,56 +717,59 @@ FAMILIES: Dict[str, Family] = {
 # says, so RoPE keys are seen; attention biases drawn (Family.attn_bias_std), so a dropped one is seen.
 # ``test_every_flipped_key_changes_transformers_model`` checks each key changes transformers' modules or logits.
 FLIPPED: Dict[str, Dict[str, Any]] = {
-    "glm4_moe": dict(attention_bias=True, use_qk_norm=True, routed_scaling_factor=2.5, n_group=4, topk_group=2,
+    "glm4_moe": dict(rms_norm_eps=0.1, rope_theta=1000.0, n_shared_experts=2, attention_bias=True, use_qk_norm=True, routed_scaling_factor=2.5, n_group=4, topk_group=2,
                      norm_topk_prob=False, partial_rotary_factor=1.0, first_k_dense_replace=0),
-    "qwen3_moe": dict(norm_topk_prob=False, attention_bias=True),
+    # the norms' epsilon and RoPE's base, read by both sides (issue 52: every key transformers reads accounted for)
+    "mixtral": dict(rms_norm_eps=0.1, rope_theta=1000.0),
+    "olmoe": dict(rope_theta=1000.0),
+    "qwen3_moe": dict(rms_norm_eps=0.1, rope_theta=1000.0, norm_topk_prob=False, attention_bias=True),
     # Ling 2.0 in GLM-4.5's keys (written as use_qkv_bias, num_shared_experts, ...: _bailing_as_published); the keys
     # on which SGLang and the release's code compute otherwise are refused instead (tests/test_layout.py).
     "bailing_moe_v2": dict(attention_bias=True, use_qk_norm=False, n_group=1, topk_group=1, partial_rotary_factor=1.0,
                            n_shared_experts=2, first_k_dense_replace=0, routed_scaling_factor=1.0),
-    "qwen2_moe": dict(norm_topk_prob=True, qkv_bias=False),
-    "glm4_moe_lite": dict(norm_topk_prob=False, rope_scaling=None, n_group=4, topk_group=2, routed_scaling_factor=1.0,
+    "qwen2_moe": dict(rms_norm_eps=0.1, rope_theta=1000.0, norm_topk_prob=True, qkv_bias=False),
+    "glm4_moe_lite": dict(rms_norm_eps=0.1, n_shared_experts=2, norm_topk_prob=False, rope_scaling=None, n_group=4, topk_group=2, routed_scaling_factor=1.0,
                           rope_interleave=False, qk_nope_head_dim=24, v_head_dim=8),
-    "deepseek_v3": dict(norm_topk_prob=False, first_k_dense_replace=0, routed_scaling_factor=1.0,
+    "deepseek_v3": dict(rms_norm_eps=0.1, norm_topk_prob=False, first_k_dense_replace=0, routed_scaling_factor=1.0,
                         n_shared_experts=2, tie_word_embeddings=True, rope_interleave=False, qk_rope_head_dim=8,
                         v_head_dim=24),
-    "glm_moe_dsa": dict(norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=1.0,
+    "glm_moe_dsa": dict(rms_norm_eps=0.1, n_shared_experts=2, norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=1.0,
                         tie_word_embeddings=True),
-    "llama4": dict(use_qk_norm=False, interleave_moe_layer_step=1),
-    "gpt_oss": dict(attention_bias=False, layer_types=["full_attention", "full_attention"]),
-    "ernie4_5_moe": dict(tie_word_embeddings=True, moe_layer_end_index=-1),
-    "qwen3_next": dict(norm_topk_prob=False),
-    "deepseek_v32": dict(norm_topk_prob=False, n_group=1, topk_group=1, first_k_dense_replace=0,
+    "llama4": dict(rms_norm_eps=0.1, rope_theta=1000.0, use_qk_norm=False, interleave_moe_layer_step=1),
+    "gpt_oss": dict(rms_norm_eps=0.1, attention_bias=False, layer_types=["full_attention", "full_attention"]),
+    "ernie4_5_moe": dict(rms_norm_eps=0.1, rope_theta=1000.0, tie_word_embeddings=True, moe_layer_end_index=-1),
+    "qwen3_next": dict(rms_norm_eps=0.1, rope_theta=1000.0, norm_topk_prob=False),
+    "deepseek_v32": dict(rms_norm_eps=0.1, n_shared_experts=2, norm_topk_prob=False, n_group=1, topk_group=1, first_k_dense_replace=0,
                          routed_scaling_factor=1.0),
-    "kimi_k25": dict(norm_topk_prob=False, n_group=4, topk_group=2, first_k_dense_replace=0, routed_scaling_factor=1.0,
+    "kimi_k25": dict(rms_norm_eps=0.1, n_shared_experts=2, norm_topk_prob=False, n_group=4, topk_group=2, first_k_dense_replace=0, routed_scaling_factor=1.0,
                      rope_interleave=False),
-    "glm4v_moe": dict(attention_bias=False, norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+    "glm4v_moe": dict(rms_norm_eps=0.1, n_shared_experts=2, attention_bias=False, norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=2.5,
                       first_k_dense_replace=0),
-    "qwen3_vl_moe": dict(attention_bias=True),
-    "qwen3_omni_moe": dict(attention_bias=True, norm_topk_prob=False),
-    "interns1": dict(norm_topk_prob=False, attention_bias=True),
+    "qwen3_vl_moe": dict(rms_norm_eps=0.1, attention_bias=True),
+    "qwen3_omni_moe": dict(rms_norm_eps=0.1, attention_bias=True, norm_topk_prob=False),
+    "interns1": dict(rms_norm_eps=0.1, rope_theta=1000.0, norm_topk_prob=False, attention_bias=True),
     # (moe_latent_size: the routed experts run in a 16-wide latent between two projections, as Nemotron-3-Super /
     # Ultra publish theirs; the router and the shared expert see the full width)
-    "nemotron_h": dict(norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=1.0, use_conv_bias=False,
+    "nemotron_h": dict(layer_norm_epsilon=0.1, norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=1.0, use_conv_bias=False,
                        moe_latent_size=16),
     # Qwen3.5's text-only checkpoint: M-RoPE over half the head (sections to match, the factor given as the
     # published config gives it: beside rope_parameters too), embeddings tied
-    "qwen3_5_moe_text": dict(tie_word_embeddings=True, partial_rotary_factor=0.5,
+    "qwen3_5_moe_text": dict(rms_norm_eps=0.1, tie_word_embeddings=True, partial_rotary_factor=0.5,
                              rope_parameters={**_QWEN35_TEXT["rope_parameters"], "partial_rotary_factor": 0.5,
                                               "mrope_section": [4, 2, 2]}),
     # DeepSeek-V2 (the full model's keys): q LoRA, grouped top-k (group_limited_greedy: 4 groups, the best one; with
     # top-2 the best two would hold the top-2 anyway), scaled routed experts, no RoPE scaling, embeddings tied
-    "deepseek_v2": dict(q_lora_rank=32, topk_method="group_limited_greedy", n_group=4, topk_group=1,
+    "deepseek_v2": dict(rms_norm_eps=0.1, n_shared_experts=1, q_lora_rank=32, topk_method="group_limited_greedy", n_group=4, topk_group=1,
                         routed_scaling_factor=16.0, rope_scaling=None, tie_word_embeddings=True),
-    "granitemoe": dict(tie_word_embeddings=True),
-    "lfm2_moe": dict(use_expert_bias=False, norm_topk_prob=False, routed_scaling_factor=2.0, conv_bias=True,
+    "granitemoe": dict(rms_norm_eps=0.1, rope_theta=1000.0, tie_word_embeddings=True),
+    "lfm2_moe": dict(norm_eps=0.1, rope_theta=1000.0, use_expert_bias=False, norm_topk_prob=False, routed_scaling_factor=2.0, conv_bias=True,
                      num_dense_layers=0, tie_word_embeddings=True),
-    "afmoe": dict(mup_enabled=False, num_dense_layers=0, num_shared_experts=2, route_scale=1.0),
+    "afmoe": dict(rms_norm_eps=0.1, rope_theta=1000.0, mup_enabled=False, num_dense_layers=0, num_shared_experts=2, route_scale=1.0),
     # MiniMax-M2: head_dim apart from hidden_size // num_attention_heads (as published: 128 against 3072 / 48), RoPE
     # over the whole head, linear RoPE scaling
-    "minimax_m2": dict(head_dim=32, rotary_dim=32, partial_rotary_factor=1.0,
+    "minimax_m2": dict(rms_norm_eps=0.1, head_dim=32, rotary_dim=32, partial_rotary_factor=1.0,
                        rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}),
-    "gemma4": dict(attention_k_eq_v=False, final_logit_softcapping=None, hidden_size_per_layer_input=16,
+    "gemma4": dict(rms_norm_eps=0.1, attention_k_eq_v=False, final_logit_softcapping=None, hidden_size_per_layer_input=16,
                    num_kv_shared_layers=2),
 }
 # Keys SGLang 0.5.23 builds otherwise than transformers (found by a flipped checkpoint): each set alone the other

@@ -441,7 +441,7 @@ def test_a_near_tie_is_what_transformers_router_picks_with_logits_moved_by_at_mo
 # MiniMax-M2 gives it a third time, as rotary_dim (what its SGLang model reads)
 _FLIP_TOGETHER = (("n_group", "topk_group"), ("partial_rotary_factor", "rope_parameters"),
                   ("partial_rotary_factor", "rope_parameters", "rotary_dim"),
-                  ("topk_method", "n_group", "topk_group"))
+                  ("topk_method", "n_group", "topk_group"), ("use_sliding_window", "sliding_window"))
 
 
 @pytest.mark.fast  # transformers only

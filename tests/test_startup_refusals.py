@@ -613,6 +613,7 @@ _DEEPSEEK_LAYER_CLASSES = {"DeepseekV3ForCausalLM": "DeepseekV3Config", "Deepsee
 @pytest.mark.parametrize("arch", list(_DEEPSEEK_LAYER_CLASSES))
 def test_a_transformers_saved_deepseek_without_moe_layer_freq_is_refused_naming_the_key(sglang_args, tmp_path,
                                                                                         arch):
+    import inspect
     import json
 
     import transformers
@@ -627,12 +628,21 @@ def test_a_transformers_saved_deepseek_without_moe_layer_freq_is_refused_naming_
     config.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert "moe_layer_freq" not in saved
+    def is_sparse(config, i):  # 0.5.23: a static method over the config; 0.5.15.post1: a method reading self.config
+        fn = DeepseekV2DecoderLayer._is_layer_sparse
+        if next(iter(inspect.signature(fn).parameters)) == "self":
+            return fn(types.SimpleNamespace(config=config), i, is_nextn=False)
+        return fn(config, i, is_nextn=False)
+
     # The oracle is SGLang's own layer builder over that config: it stops there, after start-up would accept it.
     with pytest.raises(AttributeError, match="moe_layer_freq"):
-        DeepseekV2DecoderLayer._is_layer_sparse(transformers.PretrainedConfig(**saved), 1, is_nextn=False)
+        is_sparse(transformers.PretrainedConfig(**saved), 1)
     err = _refusal(sglang_args, ["--model-path", str(tmp_path)])
     assert set(err.flags) == {f"--model-path {tmp_path}"}, str(err)
     assert 'add "moe_layer_freq": 1' in str(err) and arch in str(err), str(err)
+    # DeepseekV2MoE reads topk_method as unconditionally: transformers' V2 class saves it, the others do not.
+    assert ("topk_method" in saved) == (arch == "DeepseekV2ForCausalLM")
+    assert ('add "topk_method": "noaux_tc"' in str(err)) == ("topk_method" not in saved), str(err)
     # The key as the refusal says: SGLang builds the layers transformers does, and the check passes.
     saved["moe_layer_freq"] = 1
     (tmp_path / "config.json").write_text(json.dumps(saved))
@@ -640,7 +650,7 @@ def test_a_transformers_saved_deepseek_without_moe_layer_freq_is_refused_naming_
     # (transformers' DeepSeek-V2 / V3 make layer i MoE iff i >= first_k_dense_replace; V3.2 / GLM-5 by mlp_layer_types)
     theirs = [t == "sparse" for t in getattr(config, "mlp_layer_types", None) or
               ["sparse" if i >= config.first_k_dense_replace else "dense" for i in range(4)]]
-    assert [DeepseekV2DecoderLayer._is_layer_sparse(sg, i, is_nextn=False) for i in range(4)] == theirs
+    assert [is_sparse(sg, i) for i in range(4)] == theirs
     from sglang_r3.serving.patches.startup_checks import _checkpoint
 
     hits = list(_checkpoint(types.SimpleNamespace(model_path=str(tmp_path)), None, resolved=False))

@@ -124,6 +124,9 @@ class ConfigView:
     model_type: str  # "" when unknown
     values: Mapping[str, Any]  # routing-relevant keys only; None values dropped
     aliases: Mapping[str, str] = field(default_factory=dict)
+    # Every key of the text model's config as given (aliases renamed, no defaults filled): what the families'
+    # neutral-value checks read (``families.check_neutral``); not part of the digest.
+    given: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value under ``key`` or under the name the class stores ``key`` as."""
@@ -143,6 +146,8 @@ def view_of(config: Any) -> ConfigView:
     d = copy.deepcopy(inner)
     if facts is not None:
         _rename_aliases(d, facts.aliases)
+    given = copy.deepcopy(d)
+    if facts is not None:
         for k, v in facts.defaults.items():
             if k not in d:
                 d[k] = copy.deepcopy(v)
@@ -150,7 +155,7 @@ def view_of(config: Any) -> ConfigView:
             step(d)
     _fold_rope(d)
     values = {k: _canonical(v) for k, v in d.items() if is_routing_key(k, model_type) and v is not None}
-    return ConfigView(arch, model_type, values, dict(facts.aliases) if facts else {})
+    return ConfigView(arch, model_type, values, dict(facts.aliases) if facts else {}, given)
 
 
 def _as_dicts(config: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:

@@ -868,6 +868,8 @@ def _qwen_moe(v, arch) -> Stack:
             f"projections without biases, transformers adds them; refusing")
     if arch in _WINDOW_UNREAD:
         _refuse_unread_window(v, arch)
+    if arch == "Qwen2MoeForCausalLM":
+        _head_dim_derived(v, arch, "qwen2_moe.py")
     n_mtp = _mtp_count(v, arch, default=_QWEN_MTP_DEFAULT.get(arch, 0))
     return _stack(L, lambda i: True, E, k, n_mtp, mtp_moe=True)
 
@@ -882,8 +884,12 @@ _WINDOW_UNREAD = ("Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "InternS1ForCond
 
 
 def _refuse_unread_window(v, arch) -> None:
-    window = v.get("sliding_window")  # the view's: None / 0 unless use_sliding_window (the classes' __post_init__)
-    if not window:
+    # The view's sliding_window is None / 0 unless use_sliding_window (the classes' __post_init__), and Qwen2-MoE's
+    # layer_types are sliding only below max_window_layers: both keys reach the rule through those two.
+    window = v.get("sliding_window")
+    if not window or not v.given.get("use_sliding_window", True):
+        return
+    if arch == "Qwen2MoeForCausalLM" and v.given.get("max_window_layers") == 0:
         return
     layer_types = v.get("layer_types")
     if isinstance(layer_types, (list, tuple)) and "sliding_attention" not in layer_types:
@@ -998,6 +1004,17 @@ def _mimo(v, arch) -> Stack:
     return _stack(L, lambda i: False, 0, 0, _mtp_count(v, arch, default=0), mtp_moe=False)
 
 
+def _head_dim_derived(v, arch, sglang_file: str) -> None:
+    """Refuse a head_dim other than hidden_size // num_attention_heads where SGLang's model file sizes its heads
+    from the latter whatever head_dim says and transformers' class reads head_dim (getattr(config, "head_dim"))."""
+    hidden, heads = _int(v, "hidden_size", arch), _int(v, "num_attention_heads", arch)
+    head_dim = v.given.get("head_dim")
+    if head_dim is not None and head_dim != hidden // heads:
+        raise RuleError(
+            f"{arch}: head_dim={head_dim} is not hidden_size // num_attention_heads = {hidden // heads}: SGLang 0.5.23 "
+            f"({sglang_file}) sizes its attention heads from the latter, transformers from head_dim; refusing")
+
+
 def _every_layer_moe(v, arch) -> Stack:
     """Mixtral (block_sparse_moe), OLMoE: every layer is MoE; no MTP. Both classes accept
     num_local_experts (OLMoE stores it as num_experts)."""
@@ -1036,6 +1053,7 @@ def _olmoe(v, arch) -> Stack:
             raise RuleError(
                 f"{arch}: {key}={v.get(key)!r}: SGLang 0.5.23 (olmoe.py) ignores it (builds as if {key}={served!r}), "
                 f"transformers' OlmoeForCausalLM applies it; refusing")
+    _head_dim_derived(v, arch, "olmoe.py")
     return _every_layer_moe(v, arch)
 
 
@@ -1046,6 +1064,7 @@ def _granitemoe(v, arch) -> Stack:
     if v.get("attention_bias") is True:
         raise RuleError(f"{arch}: attention_bias=True: SGLang 0.5.23 (granitemoe.py) builds its attention without "
                         f"biases, transformers' GraniteMoe applies them; refusing")
+    _head_dim_derived(v, arch, "granitemoe.py")
     return _every_layer_moe(v, arch)
 
 
@@ -1113,6 +1132,7 @@ def _lfm2_moe(v, arch) -> Stack:
     E = _int(v, "num_experts", arch)
     k = _int(v, "num_experts_per_tok", arch)
     dense = _int(v, "num_dense_layers", arch)
+    _head_dim_derived(v, arch, "lfm2_moe.py")
     return _stack(L, lambda i: i >= dense, E, k)
 
 
@@ -1368,6 +1388,10 @@ _LLAMA4_TEXT_ONLY_REFUSAL = (
 # transformers' DeepseekV2 / V3 / V3.2 and GlmMoeDsa config classes have no such field, so their save omits it.
 # (GLM-4.7-Flash's glm4_moe_lite.py sets it to 1 itself.)
 _DEEPSEEK_V2_LAYER_KEYS = {"moe_layer_freq": (1, "deepseek_v2.py DeepseekV2DecoderLayer._is_layer_sparse")}
+# deepseek_v2.py's DeepseekV2MoE reads config.topk_method too; transformers' DeepSeek-V2 class declares it (and saves
+# it), V3's, V3.2's and GLM-5's do not: their routers are noaux_tc's, as the releases publish.
+_DEEPSEEK_V3_LAYER_KEYS = {**_DEEPSEEK_V2_LAYER_KEYS,
+                           "topk_method": ("noaux_tc", "deepseek_v2.py DeepseekV2MoE.__init__")}
 
 # --- the registry ------------------------------------------------------------------------------------------
 
@@ -1378,19 +1402,19 @@ FAMILIES: Tuple[Family, ...] = (
     Family("GLM-4.5V / 4.6V (text)", {"Glm4vMoeForConditionalGeneration": "glm4v_moe"},
            {"glm4v_moe_text": _GLM4V_MOE_TEXT}, _glm4_moe, text_model_types={"glm4v_moe": "glm4v_moe_text"}),
     Family("DeepSeek-V3", {"DeepseekV3ForCausalLM": "deepseek_v3"}, {"deepseek_v3": _DEEPSEEK_V3}, _deepseek,
-           mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V2_LAYER_KEYS),
+           mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V3_LAYER_KEYS),
     # Kimi-K2.5: kimi_k25.py builds its language model as deepseek_v2.py's DeepseekV3ForCausalLM from text_config
     # (published: model_type deepseek_v3, no MTP layers).
     Family("Kimi-K2.5 (text)", {"KimiK25ForConditionalGeneration": "kimi_k25"}, {"deepseek_v3": _DEEPSEEK_V3},
-           _deepseek, text_model_types={"kimi_k25": "deepseek_v3"}, required_keys=_DEEPSEEK_V2_LAYER_KEYS),
+           _deepseek, text_model_types={"kimi_k25": "deepseek_v3"}, required_keys=_DEEPSEEK_V3_LAYER_KEYS),
     Family("DeepSeek-V2", {"DeepseekV2ForCausalLM": "deepseek_v2"}, {"deepseek_v2": _DEEPSEEK_V2}, _deepseek,
            mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V2_LAYER_KEYS),
     Family("GLM-4.7-Flash", {"Glm4MoeLiteForCausalLM": "glm4_moe_lite"}, {"glm4_moe_lite": _GLM4_MOE_LITE},
            _glm4_moe_lite, mtp=MTP_NEXTN),
     Family("GLM-5 (DSA)", {"GlmMoeDsaForCausalLM": "glm_moe_dsa"}, {"glm_moe_dsa": _GLM_MOE_DSA}, _deepseek,
-           mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V2_LAYER_KEYS),
+           mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V3_LAYER_KEYS),
     Family("DeepSeek-V3.2 (DSA)", {"DeepseekV32ForCausalLM": "deepseek_v32"}, {"deepseek_v32": _DEEPSEEK_V32},
-           _deepseek, mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V2_LAYER_KEYS),
+           _deepseek, mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V3_LAYER_KEYS),
     Family("Qwen3-MoE", {"Qwen3MoeForCausalLM": "qwen3_moe"}, {"qwen3_moe": _QWEN3_MOE}, _qwen_moe),
     Family("Qwen2-MoE", {"Qwen2MoeForCausalLM": "qwen2_moe"}, {"qwen2_moe": _QWEN2_MOE}, _qwen_moe),
     Family("Qwen3-Next", {"Qwen3NextForCausalLM": "qwen3_next"}, {"qwen3_next": _QWEN_HYBRID_FACTS}, _qwen_moe,
@@ -1533,3 +1557,230 @@ def text_model_type_of(model_type: str) -> str:
 def facts_table() -> Dict[str, Tuple[Dict[str, str], Dict[str, Any]]]:
     """(aliases, defaults) per model type, for the test that compares them with the live classes."""
     return {mt: (dict(f.aliases), dict(f.defaults)) for mt, f in _FACTS.items()}
+
+
+# --- key accounting --------------------------------------------------------------------------------------------
+# Every config key a family's reference class reads (transformers' config class fields and what its modeling file
+# reads off a config: ``python -m sglang_r3.tools.config_keys``, by AST, for the transformers each served SGLang
+# release pins) is accounted for here as one of:
+#   proven     -- set off the class default in a checkpoint served by tests/test_families.py, whose rows equal
+#                 transformers' router top-k (tests/test_key_accounting.py checks each against the checkpoints);
+#   neutral    -- only the listed values are accepted; any other is refused at start-up naming the key;
+#   ruled      -- the family's layout rule (or the tied-head check) reads it: a value SGLang builds otherwise than
+#                 transformers is refused there, naming the key (computed: the rule's source, not listed);
+#   irrelevant -- changes neither routing nor logits of a served forward, with why.
+# tests/test_key_accounting.py fails on a key the installed transformers reads that its family leaves unaccounted.
+
+
+@dataclass(frozen=True)
+class Keys:
+    neutral: Mapping[str, Tuple[Tuple[Any, ...], str]] = field(default_factory=dict)  # key -> (accepted, why)
+    proven: Tuple[str, ...] = ()
+    irrelevant: Mapping[str, str] = field(default_factory=dict)  # key -> why
+    # Not accounted for yet (issue 52 stays open while any is): key -> what is missing. Shown per family in
+    # docs/models.md; the test fails on a key listed here that another category now covers. ``pending_all``: every
+    # key the class reads, with why (a family whose served forwards are not held to transformers' class).
+    pending: Mapping[str, str] = field(default_factory=dict)
+    pending_all: str = ""
+
+
+_DROPOUT = "dropout: inactive in a forward without training (eval mode), SGLang has none"
+# Keys every family's class reads that touch neither routing nor logits of a served forward.
+COMMON_IRRELEVANT: Mapping[str, str] = {
+    "attention_dropout": _DROPOUT, "hidden_dropout": _DROPOUT, "activation_dropout": _DROPOUT, "dropout": _DROPOUT,
+    "projector_dropout": _DROPOUT,
+    "bos_token_id": "generation's start id: the forward never reads it",
+    "eos_token_id": "generation's stop ids: the forward never reads them",
+    "pad_token_id": "the embedding's padding_idx: zeroes that row at init and in its gradient; a served checkpoint "
+                    "loads the row's values",
+    "initializer_range": "the init's spread: a served checkpoint's weights are loaded, not drawn",
+    "output_router_logits": "whether the forward also returns router logits (for the auxiliary loss); the logits and "
+                            "the routing are the same",
+    "router_aux_loss_coef": "the auxiliary load-balancing loss's weight: training only",
+    "router_jitter_noise": "noise on the router's input under self.training only",
+    "use_cache": "whether generate keeps a KV cache: the same logits either way",
+    "num_logits_to_keep": "how many last positions the head computes logits for in generate: their values unchanged",
+}
+
+# The activation SGLang's model file builds for the family (its SiluAndMul / GeluAndMul); the releases publish it.
+_SILU = {"hidden_act": (("silu",), "SGLang's model builds its MLPs with SiluAndMul whatever the key says")}
+
+KEYS: Dict[str, Keys] = {}
+
+
+def _rule_strings(fn: Callable, seen: Optional[set] = None) -> set:
+    """String constants in ``fn`` and in the functions of this module it calls, transitively: the keys a rule reads
+    (``v.get("key")``, ``_int(v, "key", ...)``) and names in its refusals."""
+    import ast
+    import inspect
+    import textwrap
+
+    seen = set() if seen is None else seen
+    if fn in seen:
+        return set()
+    seen.add(fn)
+    out = set()
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(fn)))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.add(node.value)
+        elif isinstance(node, ast.Name):
+            target = globals().get(node.id)
+            if callable(target) and getattr(target, "__module__", "") == __name__ and inspect.isfunction(target):
+                out |= _rule_strings(target, seen)
+    return out
+
+
+def account(family: Family, keys) -> Dict[str, str]:
+    """How ``family`` accounts for each of ``keys``: "ruled", "neutral: ...", "proven", "irrelevant: ..." (keys
+    left unaccounted are absent)."""
+    own = KEYS.get(family.name, Keys())
+    aliases = {a: s for f in family.facts.values() for a, s in f.aliases.items()}  # transformers' attribute_map
+    ruled = _rule_strings(family.rule) if family.rule is not None else set()
+    ruled |= set(family.required_keys)
+    if any(a in UNTIED_HEAD_ARCHITECTURES for a in family.architectures):
+        ruled.add("tie_word_embeddings")
+    ruled |= {aliases[k] for k in ruled if k in aliases}
+    out = {}
+    for key in keys:  # the strongest evidence first: a served forward, a refusal, the rule
+        if key in own.proven:
+            out[key] = "proven"
+        elif key in own.neutral:
+            out[key] = f"neutral: {list(own.neutral[key][0])} accepted"
+        elif key in ruled:
+            out[key] = "ruled"
+        elif key in own.irrelevant or key in COMMON_IRRELEVANT:
+            out[key] = f"irrelevant: {own.irrelevant.get(key) or COMMON_IRRELEVANT[key]}"
+        elif key in own.pending or own.pending_all:
+            out[key] = f"PENDING: {own.pending.get(key) or own.pending_all}"
+    return out
+
+
+def check_neutral(view, arch: str) -> None:
+    """Refuse a value the family accepts only at its neutral values (``Keys.neutral``), naming the key."""
+    family = family_of(arch)
+    for key, (accepted, why) in (KEYS.get(family.name, Keys()).neutral.items() if family else ()):
+        if key in view.given and view.given[key] not in accepted:
+            raise RuleError(f"{arch}: {key}={view.given[key]!r}: {why}; only {list(accepted)} is served exactly; "
+                            f"refusing")
+
+
+_NEVER_READ = "declared by the config class, read by none of its modeling code"
+_MLA_HEAD_DIM = "the config class sets it to qk_rope_head_dim whatever the file says (the derived view does too)"
+_NO_ATTENTION_BIAS_MLA = {"attention_bias": ((False,), "SGLang's deepseek_v2.py builds its MLA projections without "
+                                                       "biases")}
+_NO_MLP_BIAS = {"mlp_bias": ((False,), "SGLang's MLPs have no biases")}
+_STEP3P5_PENDING = ("Step-3.5's served forwards are held to SGLang itself (weights drawn from a seed, spec on = off), "
+                    "not to transformers' class")
+_SHAPES = ("hidden_size", "intermediate_size", "moe_intermediate_size", "num_attention_heads", "num_key_value_heads",
+           "vocab_size", "max_position_embeddings")
+_SHAPES_BUT_KV = tuple(k for k in _SHAPES if k != "num_key_value_heads")
+_MLA = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+_GROUPED = ("n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor", "n_shared_experts")
+
+
+def _pending(*keys: str, why: str = "no served checkpoint sets it off its default yet") -> Dict[str, str]:
+    return {k: why for k in keys}
+
+
+KEYS.update({
+    "GLM-4.5 / 4.7": Keys(neutral=_SILU, proven=_SHAPES + _GROUPED + (
+        "attention_bias", "head_dim", "use_qk_norm", "rms_norm_eps", "rope_parameters")),
+    "GLM-4.5V / 4.6V (text)": Keys(neutral=_SILU, proven=_SHAPES + _GROUPED + (
+        "attention_bias", "head_dim", "rms_norm_eps", "rope_parameters"), pending=_pending("tie_word_embeddings")),
+    "DeepSeek-V3": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA}, proven=_SHAPES + _MLA + _GROUPED + (
+        "rope_interleave", "tie_word_embeddings", "rms_norm_eps", "rope_parameters"),
+        irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ}),
+    "Kimi-K2.5 (text)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA}, proven=_SHAPES + _MLA + _GROUPED + (
+        "rope_interleave", "rms_norm_eps"),
+        irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ},
+        pending=_pending("rope_parameters", "tie_word_embeddings")),
+    "DeepSeek-V2": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS},
+                        proven=_SHAPES + _MLA + ("n_group", "topk_group", "routed_scaling_factor", "n_shared_experts",
+                                                 "topk_method", "tie_word_embeddings", "rms_norm_eps",
+                                                 "rope_parameters"),
+                        irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ,
+                                    "norm_topk_prob": _NEVER_READ}),
+    "GLM-4.7-Flash": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA}, proven=_SHAPES + _MLA + _GROUPED + (
+        "rope_interleave", "rms_norm_eps", "rope_parameters"), irrelevant={"pretraining_tp": _NEVER_READ}),
+    "GLM-5 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS}, proven=_SHAPES + _MLA + _GROUPED + (
+        "index_n_heads", "tie_word_embeddings", "rms_norm_eps"),
+        pending=_pending("index_head_dim", "index_topk", "indexer_types", "layer_types", "rope_parameters"),
+        irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ}),
+    "DeepSeek-V3.2 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS},
+                                proven=_SHAPES + _MLA + _GROUPED + ("index_n_heads", "rms_norm_eps"),
+                                irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ},
+                                pending=_pending("index_head_dim", "index_topk", "layer_types", "rope_parameters",
+                                                 "tie_word_embeddings")),
+    "Qwen3-MoE": Keys(neutral=_SILU, proven=_SHAPES + ("head_dim", "norm_topk_prob", "rms_norm_eps", "rope_parameters")),
+    "Qwen2-MoE": Keys(neutral=_SILU, proven=_SHAPES + ("norm_topk_prob", "qkv_bias", "shared_expert_intermediate_size",
+                                                       "rms_norm_eps", "rope_parameters")),
+    "Qwen3-Next": Keys(neutral=_SILU, proven=_SHAPES_BUT_KV + (
+        "head_dim", "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim",
+        "norm_topk_prob", "shared_expert_intermediate_size", "rms_norm_eps", "rope_parameters"),
+        pending=_pending("linear_conv_kernel_dim", "num_key_value_heads")),
+    "Qwen3.5-MoE": Keys(neutral=_SILU, proven=_SHAPES_BUT_KV + (
+        "head_dim", "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads",
+        "linear_value_head_dim", "shared_expert_intermediate_size", "tie_word_embeddings", "rope_parameters",
+        "rms_norm_eps"), pending=_pending("linear_conv_kernel_dim", "num_key_value_heads")),
+    "Mixtral": Keys(neutral=_SILU, proven=_SHAPES + ("rms_norm_eps", "rope_parameters")),
+    "OLMoE": Keys(neutral={**_SILU,
+                           "rms_norm_eps": ((1e-05,), "SGLang's olmoe.py builds every norm with eps 1e-5 whatever the "
+                                                      "key says"),
+                           "sliding_window": ((None,), "transformers' OLMoE hands sliding_window to its attention, "
+                                                       "SGLang's olmoe.py never windows")},
+                  proven=_SHAPES + ("num_experts", "rope_parameters")),
+    "MiniMax-M2": Keys(neutral=_SILU, proven=_SHAPES + ("rms_norm_eps",)),
+    "gpt-oss": Keys(neutral={**_SILU, "swiglu_alpha": ((1.702,), "SGLang's gpt_oss.py takes the gate's alpha from "
+                                                                 "hidden_act_alpha (1.702), never swiglu_alpha")},
+                    proven=_SHAPES + ("attention_bias", "head_dim", "layer_types", "rope_parameters", "sliding_window",
+                                      "rms_norm_eps"),
+                    pending=_pending("swiglu_limit")),
+    "Llama 4": Keys(neutral=_SILU, proven=_SHAPES + (
+        "attention_chunk_size", "head_dim", "intermediate_size_mlp", "use_qk_norm", "rms_norm_eps", "rope_parameters"),
+        pending=_pending("attention_bias", "attn_scale", "attn_temperature_tuning", "floor_scale", "image_token_id",
+                         "layer_types", "no_rope_layer_interval", "no_rope_layers", "tie_word_embeddings")),
+    "Qwen3-VL-MoE (text)": Keys(neutral=_SILU, proven=_SHAPES + (
+        "head_dim", "rope_parameters", "tie_word_embeddings", "rms_norm_eps")),
+    "Gemma-4 (text)": Keys(proven=_SHAPES + (
+        "attention_k_eq_v", "final_logit_softcapping", "head_dim", "hidden_size_per_layer_input", "layer_types",
+        "num_kv_shared_layers", "sliding_window", "use_bidirectional_attention", "rms_norm_eps"),
+        pending={**_pending("attention_bias", "hidden_activation", "per_layer_config", "rope_parameters",
+                            "tie_word_embeddings", "use_double_wide_mlp", "vocab_size_per_layer_input"),
+                 **_pending("global_head_dim", "num_global_key_value_heads",
+                            why="(transformers 5.12.1) equal to the sliding layers' in the served checkpoint; the "
+                                "published split is refused on the CPU runtime (its one KV pool holds one shape)")}),
+    "ERNIE-4.5-MoE": Keys(neutral=_SILU, proven=_SHAPES + (
+        "moe_num_shared_experts", "tie_word_embeddings", "rms_norm_eps", "rope_parameters"),
+        pending=_pending("head_dim", "moe_norm_min")),
+    "Granite-MoE": Keys(neutral=_SILU, proven=_SHAPES + (
+        "attention_multiplier", "embedding_multiplier", "logits_scaling", "residual_multiplier", "tie_word_embeddings",
+        "rms_norm_eps", "rope_parameters")),
+    "LFM2-MoE": Keys(proven=_SHAPES + (
+        "conv_bias", "layer_types", "norm_topk_prob", "routed_scaling_factor", "tie_word_embeddings", "use_expert_bias",
+        "norm_eps", "rope_parameters"), pending=_pending("conv_L_cache")),
+    "AFMoE (Arcee Trinity)": Keys(neutral=_SILU, proven=_SHAPES + (
+        "global_attn_every_n_layers", "mup_enabled", "num_shared_experts", "route_scale", "sliding_window",
+        "rms_norm_eps", "rope_parameters"), pending=_pending("head_dim")),
+    "Intern-S1": Keys(neutral=_SILU, proven=_SHAPES + ("head_dim", "norm_topk_prob", "rms_norm_eps", "rope_parameters")),
+})
+
+KEYS.update({
+    "Step-3.5": Keys(pending_all=_STEP3P5_PENDING),
+    "Nemotron-H (Nemotron-3)": Keys(proven=_SHAPES + (
+        "head_dim", "mamba_head_dim", "mamba_num_heads", "moe_latent_size", "moe_shared_expert_intermediate_size",
+        "n_group", "norm_topk_prob", "num_hidden_layers", "routed_scaling_factor", "ssm_state_size", "topk_group",
+        "use_conv_bias", "layer_norm_epsilon"),
+        pending=_pending("attention_bias", "chunk_size", "conv_kernel", "expand", "mamba_proj_bias",
+                         "mamba_ssm_cache_dtype", "moe_shared_expert_overlap", "n_groups", "rescale_prenorm_residual",
+                         "residual_in_fp32", "tie_word_embeddings", "time_step_floor", "time_step_limit",
+                         "time_step_max", "time_step_min", "use_bias", "use_mamba_kernels")),
+    "Qwen3-Omni-MoE (thinker text)": Keys(neutral=_SILU, proven=_SHAPES + (
+        "norm_topk_prob", "rope_parameters", "rms_norm_eps"),
+        irrelevant={k: "the talker's or code2wav's: SGLang builds the thinker only, and the thinker's forward never "
+                       "reads it" for k in (
+            "accept_hidden_layer", "code_predictor_config", "codebook_size", "codec_bos_id", "codec_eos_token_id",
+            "codec_nothink_id", "codec_pad_id", "codec_think_bos_id", "codec_think_eos_id", "decoder_dim", "do_sample",
+            "layer_scale_initial_scale", "num_quantizers", "speaker_id", "thinker_hidden_size", "upsample_rates",
+            "upsampling_ratios")},
+        pending=_pending("shared_expert_intermediate_size", "vision_start_token_id")),
+})

@@ -227,6 +227,7 @@ def layout_from_hf_config(config: Any) -> ModelLayout:
         )
     try:
         families.check_head(view, arch)
+        families.check_neutral(view, arch)
         stack = family.rule(view, arch)
     except families.RuleError as e:
         raise LayoutError(str(e)) from None
