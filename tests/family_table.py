@@ -1,4 +1,4 @@
-"""The family table of docs/models.md, generated: one row per family of the registry (sglang_r3/core/families.py)
+"""The family table of docs/models.md, generated: one row per family of the registry (sglang_r3/core/families/)
 with a layout rule, and one per architecture that slime's, Miles' or verl's example scripts train; per row the
 scripts that train it and how it is proven, derived from the tests that prove it (tests/families.py's served
 forwards and their MTP-speculation servers, the two other served-forward tests named in OTHER_FORWARDS, the sweep

@@ -156,7 +156,7 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   ``tie_word_embeddings: true`` for every architecture whose SGLang model never ties its head
   (``UNTIED_HEAD_ARCHITECTURES``, checked by tests/sweep.py; OLMoE tied: rows agreed, every greedy logprob did not).
   These are refused on the checkpoint's config.json before SGLang loads a weight (startup_checks).
-- MiMo-V2-Flash: refused at start-up by its family entry (sglang_r3/core/families.py): SGLang builds its layers from
+- MiMo-V2-Flash: refused at start-up by its family entry (sglang_r3/core/families/): SGLang builds its layers from
   per-layer lists transformers' MiMoV2FlashConfig ignores, and its 3 dense MTP layers are served as one draft
   layer or by multi-layer EAGLE, unproven for it -- so there is no checkpoint both sides read alike to serve.
 """

@@ -1,5 +1,5 @@
 """The MoE families Miles' scripts train that sglang-r3 refuses at start-up because SGLang serves them on GPU kernels
-only (DeepSeek-V4, Inkling): their refusal (sglang_r3/core/families.py) says where plain SGLang 0.5.23 stops on the
+only (DeepSeek-V4, Inkling): their refusal (sglang_r3/core/families/) says where plain SGLang 0.5.23 stops on the
 CPU runtime, and this module checks it with SGLang itself as the oracle. Each tiny checkpoint is saved by
 transformers 5.19's own class and launched with ``python -m sglang.launch_server`` (not ours, so no refusal of ours
 runs first) on the CPU runtime's flags; each launch must stop, naming the SGLang call its refusal names. Should a

@@ -54,7 +54,7 @@ def test_every_key_the_reference_reads_is_accounted_for(fam, mt):
     how = F.account(fam, keys)
     missing = sorted(k for k in keys if k not in how)
     assert not missing, (f"{fam.name} ({mt}, transformers {transformers.__version__}): keys its reference reads that "
-                         f"core/families.py KEYS leaves unaccounted (rule, neutral, proven or irrelevant, with why): "
+                         f"its module of core/families/ (KEYS) leaves unaccounted (rule, neutral, proven or irrelevant, with why): "
                          f"{missing}")
     own = F.KEYS.get(fam.name, F.Keys())
     stale = sorted(k for k in own.pending if k in keys and not how[k].startswith("PENDING"))

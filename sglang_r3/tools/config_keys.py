@@ -1,5 +1,5 @@
 """``python -m sglang_r3.tools.config_keys [ARCH ...]``: which config keys a family's reference implementation reads,
-read from the installed sources by AST, and how the family accounts for each (``core/families.py`` ``KEYS``).
+read from the installed sources by AST, and how the family accounts for each (``KEYS`` in each family module of ``core/families/``).
 
 The reference is transformers' classes of the family's model type (the release each served SGLang pins: 5.19.0 beside
 0.5.23, 5.12.1 beside 0.5.15.post1 read different keys): the fields its config class declares, and every attribute

@@ -1,0 +1,197 @@
+"""DeepSeek-V2 / V3 / V3.2, Kimi-K2.5 and GLM-5: one rule, deepseek_v2.py's: what their config classes say, the layout
+rule, the registry entries and their key accounting."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+from sglang_r3.core.families._base import (
+    RuleError, Facts, MTP_NEXTN, Stack, Family, _kv_heads_default_to_heads, _int, _first_k_dense,
+    _mlp_layer_types_agree
+)
+from sglang_r3.core.families.keys import (
+    Keys, _SILU, _NEVER_READ, _NO_ATTENTION_BIAS_MLA, _SHAPES, _MLA, _GROUPED, _pending
+)
+
+
+def _deepseek_v3_head_dim(d: Dict[str, Any]) -> None:
+    # configuration_deepseek_v3.py: head_dim = qk_rope_head_dim, whatever the file says.
+    d["head_dim"] = d.get("qk_rope_head_dim")
+
+
+def _deepseek_v2_head_dim(d: Dict[str, Any]) -> None:
+    # configuration_deepseek_v2.py: head_dim = qk_rope_head_dim, else hidden_size // heads.
+    d["head_dim"] = d.get("qk_rope_head_dim")
+    if d["head_dim"] is None and d.get("hidden_size") and d.get("num_attention_heads"):
+        d["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
+
+
+def _mlp_layer_types_first_k_dense(d: Dict[str, Any]) -> None:
+    # configuration_glm_moe_dsa.py / configuration_deepseek_v32.py __post_init__: the first
+    # first_k_dense_replace layers dense, the rest sparse. (SGLang builds DeepSeek-V3.2 with a DeepSeek-V3
+    # config class, which has no mlp_layer_types; transformers' DeepseekV32Config writes it: one spelling.)
+    if d.get("mlp_layer_types") is None and d.get("num_hidden_layers") is not None \
+            and d.get("first_k_dense_replace") is not None:
+        L = int(d["num_hidden_layers"])
+        n_dense = min(int(d["first_k_dense_replace"]), L)
+        d["mlp_layer_types"] = ["dense"] * n_dense + ["sparse"] * (L - n_dense)
+
+
+def _dsa_layer_types(d: Dict[str, Any]) -> None:
+    # configuration_glm_moe_dsa.py / configuration_deepseek_v32.py: every layer is DSA.
+    if d.get("layer_types") is None and d.get("num_hidden_layers") is not None:
+        d["layer_types"] = ["indexed_attention"] * int(d["num_hidden_layers"])
+
+
+def _glm_moe_dsa_fields(d: Dict[str, Any]) -> None:
+    # configuration_glm_moe_dsa.py __post_init__, in its order: indexer_types from index_topk_pattern, else
+    # from index_topk_freq / index_skip_topk_offset (the keywords stay too); head_dim is qk_rope_head_dim;
+    # mlp_layer_types from first_k_dense_replace; layer_types; a num_experts keyword (BC) becomes
+    # n_routed_experts.
+    if d.get("indexer_types") is None and d.get("num_hidden_layers") is not None:
+        pattern = d.get("index_topk_pattern")
+        if pattern is not None:
+            d["indexer_types"] = ([{"F": "full", "S": "shared"}[c] for c in pattern] if isinstance(pattern, str)
+                                  else list(pattern))
+        else:
+            freq = max(d.get("index_topk_freq", 1), 1)
+            offset = d.get("index_skip_topk_offset", 2)
+            d["indexer_types"] = ["full" if (max(i - offset + 1, 0) % freq) == 0 else "shared"
+                                  for i in range(int(d["num_hidden_layers"]))]
+    if d.get("qk_rope_head_dim") is not None:
+        d["head_dim"] = d["qk_rope_head_dim"]
+    _mlp_layer_types_first_k_dense(d)
+    _dsa_layer_types(d)
+    experts = d.pop("num_experts", None)
+    if experts is not None:
+        d["n_routed_experts"] = experts
+
+
+_DEEPSEEK_V3 = Facts(
+    aliases={"num_local_experts": "n_routed_experts", "num_mtp_layers": "num_nextn_predict_layers"},
+    defaults={"attention_bias": False, "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
+              "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 4096,
+              "moe_intermediate_size": 2048, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1,
+              "norm_topk_prob": True, "num_attention_heads": 128, "num_experts_per_tok": 8,
+              "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
+              "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+              "rope_interleave": True, "rope_theta": 10000.0, "routed_scaling_factor": 2.5,
+              "tie_word_embeddings": False, "topk_group": 4, "v_head_dim": 128, "vocab_size": 129280},
+    derive=(_kv_heads_default_to_heads, _deepseek_v3_head_dim),
+)
+
+_DEEPSEEK_V2 = Facts(
+    aliases={"num_experts": "n_routed_experts"},
+    defaults={"attention_bias": False, "first_k_dense_replace": 0, "hidden_act": "silu", "hidden_size": 4096,
+              "intermediate_size": 11008, "kv_lora_rank": 512, "max_position_embeddings": 2048,
+              "moe_intermediate_size": 1407, "n_routed_experts": 64, "n_shared_experts": 2,
+              "norm_topk_prob": False, "num_attention_heads": 32, "num_hidden_layers": 32, "q_lora_rank": 1536,
+              "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+              "routed_scaling_factor": 1.0, "tie_word_embeddings": False, "topk_method": "greedy",
+              "v_head_dim": 128, "vocab_size": 102400},
+    derive=(_deepseek_v2_head_dim, _kv_heads_default_to_heads),
+)
+
+_DSA_KEYS = ("mlp_layer_types", "index_topk", "index_head_dim", "index_n_heads", "indexer_types", "index_topk_pattern",
+             "index_topk_freq", "index_skip_topk_offset")
+
+_GLM_MOE_DSA = Facts(
+    aliases={"num_local_experts": "n_routed_experts"},
+    defaults={"attention_bias": False, "first_k_dense_replace": 3, "head_dim": 64, "hidden_act": "silu",
+              "hidden_size": 6144, "intermediate_size": 12288, "kv_lora_rank": 512, "max_position_embeddings": 202752,
+              "moe_intermediate_size": 2048, "n_group": 1, "n_routed_experts": 256, "n_shared_experts": 1,
+              "norm_topk_prob": True, "num_attention_heads": 64, "num_experts_per_tok": 8, "num_hidden_layers": 78,
+              "num_key_value_heads": 64, "q_lora_rank": 2048, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64,
+              "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "routed_scaling_factor": 2.5, "tie_word_embeddings": False,
+              "topk_group": 1, "v_head_dim": 256, "vocab_size": 154880,
+              "index_head_dim": 128, "index_n_heads": 32, "index_topk": 2048},
+    derive=(_glm_moe_dsa_fields,),
+    # DSA's indexer (which keys each query attends to; SGLang's dsa_layer_skips_topk reads indexer_types, else
+    # index_topk_pattern / index_topk_freq / index_skip_topk_offset) and transformers' per-layer MLP kinds.
+    routing_keys=_DSA_KEYS,
+)
+
+# SGLang builds DeepSeek-V3.2 with its _DeepseekV32ConfigAlias, a subclass of transformers' DeepseekV3Config
+# (hf_transformers/common.py): DeepSeek-V3's facts, and mlp_layer_types as transformers' DeepseekV32Config
+# writes it.
+_DEEPSEEK_V32 = Facts(
+    aliases=_DEEPSEEK_V3.aliases,
+    defaults=_DEEPSEEK_V3.defaults,
+    derive=_DEEPSEEK_V3.derive + (_mlp_layer_types_first_k_dense, _dsa_layer_types),
+    routing_keys=_DSA_KEYS,
+)
+
+
+def _moe_layer_freq_one(v, arch) -> None:
+    freq = _int(v, "moe_layer_freq", arch, default=1)
+    if freq != 1:
+        raise RuleError(
+            f"{arch}: moe_layer_freq={freq}: SGLang 0.5.23 (deepseek_v2.py `_is_layer_sparse`) makes layer i MoE iff "
+            f"i >= first_k_dense_replace and i % moe_layer_freq == 0, transformers' DeepSeek classes ignore "
+            f"moe_layer_freq (MoE iff i >= first_k_dense_replace / as mlp_layer_types say): they disagree on which "
+            f"layers are MoE; refusing a layout one of them would not serve"
+        )
+
+
+def _deepseek(v, arch) -> Stack:
+    """DeepSeek-V2/V3/V3.2 and GLM-5 (deepseek_v2.py `_is_layer_sparse`; GlmMoeDsaForCausalLM subclasses
+    DeepseekV2ForCausalLM): MoE iff layer >= first_k_dense_replace (and layer % moe_layer_freq == 0, which
+    transformers ignores: moe_layer_freq != 1 is refused). NextN MTP layers are MoE."""
+    _moe_layer_freq_one(v, arch)
+    stack = _first_k_dense(v, arch, freq=1)
+    return _mlp_layer_types_agree(v, arch, stack, "first_k_dense_replace")
+
+
+# deepseek_v2.py's DeepseekV2DecoderLayer._is_layer_sparse reads config.moe_layer_freq (0.5.15.post1 and 0.5.23);
+# transformers' DeepseekV2 / V3 / V3.2 and GlmMoeDsa config classes have no such field, so their save omits it.
+# (GLM-4.7-Flash's glm4_moe_lite.py sets it to 1 itself.)
+_DEEPSEEK_V2_LAYER_KEYS = {"moe_layer_freq": (1, "deepseek_v2.py DeepseekV2DecoderLayer._is_layer_sparse")}
+
+# deepseek_v2.py's DeepseekV2MoE reads config.topk_method too; transformers' DeepSeek-V2 class declares it (and saves
+# it), V3's, V3.2's and GLM-5's do not: their routers are noaux_tc's, as the releases publish.
+_DEEPSEEK_V3_LAYER_KEYS = {**_DEEPSEEK_V2_LAYER_KEYS,
+                           "topk_method": ("noaux_tc", "deepseek_v2.py DeepseekV2MoE.__init__")}
+
+_MLA_HEAD_DIM = "the config class sets it to qk_rope_head_dim whatever the file says (the derived view does too)"
+
+_NO_MLP_BIAS = {"mlp_bias": ((False,), "SGLang's MLPs have no biases")}
+
+FAMILIES: Tuple[Family, ...] = (
+    Family("DeepSeek-V3", {"DeepseekV3ForCausalLM": "deepseek_v3"}, {"deepseek_v3": _DEEPSEEK_V3}, _deepseek,
+           mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V3_LAYER_KEYS),
+    # Kimi-K2.5: kimi_k25.py builds its language model as deepseek_v2.py's DeepseekV3ForCausalLM from text_config
+    # (published: model_type deepseek_v3, no MTP layers).
+    Family("Kimi-K2.5 (text)", {"KimiK25ForConditionalGeneration": "kimi_k25"}, {"deepseek_v3": _DEEPSEEK_V3},
+           _deepseek, text_model_types={"kimi_k25": "deepseek_v3"}, required_keys=_DEEPSEEK_V3_LAYER_KEYS),
+    Family("DeepSeek-V2", {"DeepseekV2ForCausalLM": "deepseek_v2"}, {"deepseek_v2": _DEEPSEEK_V2}, _deepseek,
+           mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V2_LAYER_KEYS),
+    Family("GLM-5 (DSA)", {"GlmMoeDsaForCausalLM": "glm_moe_dsa"}, {"glm_moe_dsa": _GLM_MOE_DSA}, _deepseek,
+           mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V3_LAYER_KEYS),
+    Family("DeepSeek-V3.2 (DSA)", {"DeepseekV32ForCausalLM": "deepseek_v32"}, {"deepseek_v32": _DEEPSEEK_V32},
+           _deepseek, mtp=MTP_NEXTN, required_keys=_DEEPSEEK_V3_LAYER_KEYS),
+)
+
+KEYS: Dict[str, Keys] = {
+    "DeepSeek-V3": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA}, proven=_SHAPES + _MLA + _GROUPED + (
+        "rope_interleave", "tie_word_embeddings", "rms_norm_eps", "rope_parameters"),
+        irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ}),
+    "Kimi-K2.5 (text)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA}, proven=_SHAPES + _MLA + _GROUPED + (
+        "rope_interleave", "rms_norm_eps"),
+        irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ},
+        pending=_pending("rope_parameters", "tie_word_embeddings")),
+    "DeepSeek-V2": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS},
+                        proven=_SHAPES + _MLA + ("n_group", "topk_group", "routed_scaling_factor", "n_shared_experts",
+                                                 "topk_method", "tie_word_embeddings", "rms_norm_eps",
+                                                 "rope_parameters"),
+                        irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ,
+                                    "norm_topk_prob": _NEVER_READ}),
+    "GLM-5 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS}, proven=_SHAPES + _MLA + _GROUPED + (
+        "index_n_heads", "tie_word_embeddings", "rms_norm_eps"),
+        pending=_pending("index_head_dim", "index_topk", "indexer_types", "layer_types", "rope_parameters"),
+        irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ}),
+    "DeepSeek-V3.2 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS},
+                                proven=_SHAPES + _MLA + _GROUPED + ("index_n_heads", "rms_norm_eps"),
+                                irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ},
+                                pending=_pending("index_head_dim", "index_topk", "layer_types", "rope_parameters",
+                                                 "tie_word_embeddings")),
+}
