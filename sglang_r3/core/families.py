@@ -1603,7 +1603,8 @@ COMMON_IRRELEVANT: Mapping[str, str] = {
 }
 
 # The activation SGLang's model file builds for the family (its SiluAndMul / GeluAndMul); the releases publish it.
-_SILU = {"hidden_act": (("silu",), "SGLang's model builds its MLPs with SiluAndMul whatever the key says")}
+_SILU = {"hidden_act": (("silu",), "SGLang's model builds SiLU-gated MLPs (SiluAndMul; some raise on another "
+                                   "activation only once the model is built)")}
 
 KEYS: Dict[str, Keys] = {}
 
