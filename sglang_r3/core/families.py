@@ -1642,15 +1642,17 @@ def account(family: Family, keys) -> Dict[str, str]:
         ruled.add("tie_word_embeddings")
     ruled |= {aliases[k] for k in ruled if k in aliases}
     out = {}
-    for key in keys:  # the strongest evidence first: a served forward, a refusal, the rule
-        if key in own.proven:
+    for key in keys:  # the strongest evidence first (a served forward, a refusal), the family's own words before
+        if key in own.proven:  # the static reading of its rule's source
             out[key] = "proven"
         elif key in own.neutral:
             out[key] = f"neutral: {list(own.neutral[key][0])} accepted"
+        elif key in own.irrelevant:
+            out[key] = f"irrelevant: {own.irrelevant[key]}"
         elif key in ruled:
             out[key] = "ruled"
-        elif key in own.irrelevant or key in COMMON_IRRELEVANT:
-            out[key] = f"irrelevant: {own.irrelevant.get(key) or COMMON_IRRELEVANT[key]}"
+        elif key in COMMON_IRRELEVANT:
+            out[key] = f"irrelevant: {COMMON_IRRELEVANT[key]}"
         elif key in own.pending or own.pending_all:
             out[key] = f"PENDING: {own.pending.get(key) or own.pending_all}"
     return out
@@ -1712,7 +1714,8 @@ KEYS.update({
                                 irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ},
                                 pending=_pending("index_head_dim", "index_topk", "layer_types", "rope_parameters",
                                                  "tie_word_embeddings")),
-    "Qwen3-MoE": Keys(neutral=_SILU, proven=_SHAPES + ("head_dim", "norm_topk_prob", "rms_norm_eps", "rope_parameters")),
+    "Qwen3-MoE": Keys(neutral=_SILU, proven=_SHAPES + ("head_dim", "norm_topk_prob", "attention_bias", "rms_norm_eps",
+                                                       "rope_parameters")),
     "Qwen2-MoE": Keys(neutral=_SILU, proven=_SHAPES + ("norm_topk_prob", "qkv_bias", "shared_expert_intermediate_size",
                                                        "rms_norm_eps", "rope_parameters")),
     "Qwen3-Next": Keys(neutral=_SILU, proven=_SHAPES_BUT_KV + (
@@ -1730,7 +1733,7 @@ KEYS.update({
                            "sliding_window": ((None,), "transformers' OLMoE hands sliding_window to its attention, "
                                                        "SGLang's olmoe.py never windows")},
                   proven=_SHAPES + ("num_experts", "rope_parameters")),
-    "MiniMax-M2": Keys(neutral=_SILU, proven=_SHAPES + ("rms_norm_eps",)),
+    "MiniMax-M2": Keys(neutral=_SILU, proven=_SHAPES + ("rms_norm_eps", "head_dim", "rope_parameters")),
     "gpt-oss": Keys(neutral={**_SILU, "swiglu_alpha": ((1.702,), "SGLang's gpt_oss.py takes the gate's alpha from "
                                                                  "hidden_act_alpha (1.702), never swiglu_alpha")},
                     proven=_SHAPES + ("attention_bias", "head_dim", "layer_types", "rope_parameters", "sliding_window",
@@ -1741,7 +1744,7 @@ KEYS.update({
         pending=_pending("attention_bias", "attn_scale", "attn_temperature_tuning", "floor_scale", "image_token_id",
                          "layer_types", "no_rope_layer_interval", "no_rope_layers", "tie_word_embeddings")),
     "Qwen3-VL-MoE (text)": Keys(neutral=_SILU, proven=_SHAPES + (
-        "head_dim", "rope_parameters", "tie_word_embeddings", "rms_norm_eps")),
+        "head_dim", "attention_bias", "rope_parameters", "tie_word_embeddings", "rms_norm_eps")),
     "Gemma-4 (text)": Keys(proven=_SHAPES + (
         "attention_k_eq_v", "final_logit_softcapping", "head_dim", "hidden_size_per_layer_input", "layer_types",
         "num_kv_shared_layers", "sliding_window", "use_bidirectional_attention", "rms_norm_eps"),
@@ -1762,7 +1765,8 @@ KEYS.update({
     "AFMoE (Arcee Trinity)": Keys(neutral=_SILU, proven=_SHAPES + (
         "global_attn_every_n_layers", "mup_enabled", "num_shared_experts", "route_scale", "sliding_window",
         "rms_norm_eps", "rope_parameters"), pending=_pending("head_dim")),
-    "Intern-S1": Keys(neutral=_SILU, proven=_SHAPES + ("head_dim", "norm_topk_prob", "rms_norm_eps", "rope_parameters")),
+    "Intern-S1": Keys(neutral=_SILU, proven=_SHAPES + ("head_dim", "norm_topk_prob", "attention_bias", "rms_norm_eps",
+                                                       "rope_parameters")),
 })
 
 KEYS.update({
@@ -1776,12 +1780,13 @@ KEYS.update({
                          "residual_in_fp32", "tie_word_embeddings", "time_step_floor", "time_step_limit",
                          "time_step_max", "time_step_min", "use_bias", "use_mamba_kernels")),
     "Qwen3-Omni-MoE (thinker text)": Keys(neutral=_SILU, proven=_SHAPES + (
-        "norm_topk_prob", "rope_parameters", "rms_norm_eps"),
-        irrelevant={k: "the talker's or code2wav's: SGLang builds the thinker only, and the thinker's forward never "
+        "norm_topk_prob", "attention_bias", "rope_parameters", "rms_norm_eps"),
+        irrelevant={"sliding_window": "the thinker's attention sets no window whatever the key says "
+                                      "(modeling_qwen3_omni_moe.py: self.sliding_window = None)", **{k: "the talker's or code2wav's: SGLang builds the thinker only, and the thinker's forward never "
                        "reads it" for k in (
             "accept_hidden_layer", "code_predictor_config", "codebook_size", "codec_bos_id", "codec_eos_token_id",
             "codec_nothink_id", "codec_pad_id", "codec_think_bos_id", "codec_think_eos_id", "decoder_dim", "do_sample",
             "layer_scale_initial_scale", "num_quantizers", "speaker_id", "thinker_hidden_size", "upsample_rates",
-            "upsampling_ratios")},
+            "upsampling_ratios")}},
         pending=_pending("shared_expert_intermediate_size", "vision_start_token_id")),
 })
