@@ -1,6 +1,7 @@
-"""Session-wide real servers: the embedded model with MTP speculation (the default launch) and without.
+"""Session-wide real servers: the embedded model with MTP speculation (the default launch) and without, and
+plain SGLang with its own capturer (the oracle of every launch path's main rows).
 
-Both start at once (they share the machine's two cores while loading) and
+The ones a run needs start at once (they share the machine's two cores while loading) and
 are stopped at the end of the session.
 """
 
@@ -11,6 +12,7 @@ import os
 import pytest
 import torch
 
+from benchmarks.run import PlainServer
 from benchmarks.soak import SOAK_SERVER_ENV, SOAK_SERVER_FLAGS
 from sglang_r3.core import settings
 from tests import children, ordering
@@ -65,13 +67,19 @@ SERVER_FLAGS = {
              "--admin-api-key", ADMIN_KEY, "--r3-default-routing", "main"],
     # A KV pool a few requests wide: concurrent decodes run out of KV and SGLang retracts requests.
     "soak": SOAK_SERVER_FLAGS,
+    # Plain SGLang: its own RoutedExpertsCapturer (--enable-return-routed-experts) with the nospec server's flags
+    # (benchmarks/plain_server.py --upstream-capture resolves them as our launcher does), SGLANG_R3_ENABLED unset
+    # and SGLANG_PLUGINS=none, so SGLang's loader does not even load our plugin; on a CPU host the CPU runtime is
+    # all it shares with ours. Its routed_experts is the oracle for the main rows of every launch path.
+    "plain": ["--disable-speculation", "--enable-metrics", "--upstream-capture"],
 }
-SERVER_ENV = {"soak": SOAK_SERVER_ENV}
+SERVER_ENV = {"soak": SOAK_SERVER_ENV, "plain": {"SGLANG_PLUGINS": "none"}}
+SERVER_CLASS = {"plain": PlainServer}  # the others: ServerProcess, `python -m sglang_r3.launch_server`
 
 
 # The session fixture of each suite server.
 SERVER_OF_FIXTURE = {"routing_server": "spec", "nospec_server": "nospec", "tree_server": "tree",
-                     "soak_server": "soak"}
+                     "soak_server": "soak", "plain_server": "plain"}
 
 
 def _servers_needed(items) -> set:
@@ -92,7 +100,8 @@ class _Servers:
             # Start every server the selection needs that is not yet running, then wait: startups overlap.
             for n, flags in SERVER_FLAGS.items():
                 if n not in self._procs and (n == name or n in self._needed):
-                    self._procs[n] = ServerProcess(flags, env=SERVER_ENV.get(n, {})).start()
+                    server = SERVER_CLASS.get(n, ServerProcess)
+                    self._procs[n] = server(flags, env=SERVER_ENV.get(n, {})).start()
         proc = self._procs[name]
         return proc.wait_ready()
 
@@ -135,3 +144,9 @@ def tree_server(_servers) -> str:
 def soak_server(_servers) -> str:
     """Base URL of the embedded model (MTP speculation on) with a small KV pool (forces retractions)."""
     return _servers.get("soak").url
+
+
+@pytest.fixture(scope="session")
+def plain_server(_servers) -> str:
+    """Base URL of plain SGLang (no sglang-r3) serving the embedded model with its own capturer, spec off."""
+    return _servers.get("plain").url

@@ -460,7 +460,7 @@ FAMILIES: Dict[str, Family] = {
     # use_qk_norm, use_cla as tencent/Hunyuan-A13B-Instruct publishes them: refused at start-up. Served (its
     # per-layer sizes padded past the CPU runtime's TP alignment, which stops on a list), SGLang's first prefill
     # stopped in torch_native's extend: "shape '[-1, 4, 16]' is invalid for input of size 464" (29 tokens of 4 heads
-    # read as 29 rows; sglang_r3/core/families.py _HUNYUAN_V1_MOE_REFUSAL).
+    # read as 29 rows; sglang_r3/core/families/refused.py _HUNYUAN_V1_MOE_REFUSAL).
     "hunyuan_v1_moe": Family(
         "hunyuan_v1_moe", "HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM",
         dict(_TINY, intermediate_size=32, num_hidden_layers=3, num_experts=8, moe_topk=[2, 2, 2],
@@ -655,7 +655,7 @@ FAMILIES: Dict[str, Family] = {
         mlp_of=lambda layer: layer.feed_forward,
         is_moe_module=lambda ff: hasattr(ff, "router") and hasattr(ff, "experts"),
         router_ids=lambda ff: (ff.router, _llama4_router_ids(ff.router.top_k)),
-        not_served="Llama4ForCausalLM",  # refused by its layout rule (sglang_r3/core/families.py)
+        not_served="Llama4ForCausalLM",  # refused by its layout rule (sglang_r3/core/families/llama4.py)
     ),
     "qwen3_vl_moe": _QWEN3_VL_MOE,
     "qwen3_omni_moe": _QWEN3_OMNI_MOE,

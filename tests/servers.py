@@ -1,7 +1,8 @@
-"""Start and stop real sglang-r3 servers for tests (one process tree per server)."""
+"""Start and stop real sglang-r3 servers for tests (one process tree per server); plain SGLang's rows as the oracle."""
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import httpx
+import numpy as np
 
 from sglang_r3.serving.fleet.gateway import free_port, log_tail, stop_process_group
 from tests import children
@@ -70,3 +72,40 @@ class ServerProcess(ChildProcess):
             time.sleep(2)
         self.stop()
         raise TimeoutError(f"server not healthy after {timeout:.0f}s:\n{self.log_tail()}")
+
+
+# -- plain SGLang's own capturer, the oracle of main rows (tests/conftest.py's plain_server) ---------------
+
+
+def plain_rows(b64: str) -> np.ndarray:
+    """SGLang's ``meta_info["routed_experts"]`` of the embedded model: base64 int32 ``[T-1, num_hidden_layers, topk]``."""
+    from sglang_r3.dev.embedded import EMBEDDED_CONFIG
+
+    flat = np.frombuffer(base64.b64decode(b64), dtype=np.int32)
+    return flat.reshape(-1, EMBEDDED_CONFIG["num_hidden_layers"], EMBEDDED_CONFIG["num_experts_per_tok"])
+
+
+def assert_main_rows_equal_plain_sglang(ours: dict, plain: dict, prompt_len: int, what: str = "") -> None:
+    """``ours`` (a response of any launch path: ``output_ids`` and a ``meta_info`` with our record and / or our
+    ``routed_experts``) against ``plain``, plain SGLang's response to the same greedy request: the same tokens; plain's
+    rows at the MoE layers equal our record's main rows (each row's top-k sorted), zeros at the dense layers; and our
+    ``routed_experts`` field is plain's, byte for byte."""
+    from sglang_r3.core.record import RoutingRecord
+
+    meta = ours["meta_info"]
+    assert ours["output_ids"] == plain["output_ids"], what
+    assert "routing_error" not in meta, (what, meta.get("routing_error"))
+    assert "routing" in meta or "routed_experts" in meta, f"{what}: neither our record nor our field to compare"
+    want = plain_rows(plain["meta_info"]["routed_experts"])
+    assert want.shape[0] == prompt_len + len(plain["output_ids"]) - 1, (what, want.shape)
+    if "routing" in meta:
+        rec = RoutingRecord.from_wire(meta["routing"])
+        assert rec.start == 0 and rec.num_tokens == want.shape[0], (what, rec.start, rec.num_tokens)
+        moe = list(rec.layers)
+        np.testing.assert_array_equal(np.sort(rec.experts.astype(np.int32), axis=-1), np.sort(want[:, moe], axis=-1),
+                                      err_msg=f"{what}: our record's main rows against plain SGLang's capturer")
+        dense = [i for i in range(want.shape[1]) if i not in moe]
+        assert not want[:, dense].any(), f"{what}: plain SGLang's dense layers are not zeros"
+    if "routed_experts" in meta:
+        assert meta["routed_experts"] == plain["meta_info"]["routed_experts"], (
+            f"{what}: our routed_experts field against plain SGLang's capturer")

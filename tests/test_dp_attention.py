@@ -11,12 +11,13 @@ of all DP ranks gathered into one batch, so rank 1's rows are not at the front o
 Every request is pinned to a DP rank (``routed_dp_rank``, SGLang's own /generate field on both served
 releases), and the rank that served it is read back from SGLang's ``meta_info["dp_rank"]``.
 
-Oracles, none of them our capture: the suite's one-rank servers on the same prompts (a row is a function
-of the tokens: ``nospec_server`` for main rows, ``routing_server`` for the MTP section), and plain SGLang's
-own ``RoutedExpertsCapturer`` in the same DP configuration (``benchmarks/plain_server.py
---upstream-capture``: no sglang-r3 patch but the CPU runtime's) under the same concurrent, pinned load. Each
-class holds one DP server (five or six processes, 6-8 GB on the CPU runtime), started when the class starts
-and stopped when it ends.
+Oracles: plain SGLang's own ``RoutedExpertsCapturer`` (``benchmarks/plain_server.py --upstream-capture``: no
+sglang-r3 patch but the CPU runtime's) on one rank (the suite's ``plain_server``, spec off: a row is a function of
+the tokens, so requests pinned to DP ranks have one rank's rows) for every class, and in the same DP configuration
+under the same concurrent, pinned load for slime's launch path; and the suite's one-rank servers of ours on the same
+prompts (``nospec_server`` for main rows and our field, ``routing_server`` for the MTP section, which plain SGLang
+does not capture). Each class holds one DP server (five or six processes, 6-8 GB on the CPU runtime), started when
+the class starts and stopped when it ends.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import pytest
 from benchmarks.run import PlainServer
 from benchmarks.soak import SOAK_SERVER_ENV
 from tests.routing_http import flush_cache, greedy, ids, record_of
-from tests.servers import ServerProcess
+from tests.servers import ServerProcess, assert_main_rows_equal_plain_sglang
 from tests.test_launch_paths import OPT_IN, SLIME_OVERRIDES, SlimeLaunchServer
 
 pytestmark = [pytest.mark.server, pytest.mark.release]
@@ -107,6 +108,25 @@ def one_rank(nospec_server) -> _OneRank:
     return _OneRank(nospec_server)
 
 
+class _PlainOneRank(_OneRank):
+    """Plain SGLang's answers (its own capturer, one rank, spec off), asked once per prompt."""
+
+    def __getitem__(self, prompt: str) -> dict:
+        if prompt not in self._answers:
+            self._answers[prompt] = _ask(self.url, prompt, plain=True)
+        return self._answers[prompt]
+
+
+@pytest.fixture(scope="module")
+def plain_one_rank(plain_server) -> _PlainOneRank:
+    return _PlainOneRank(plain_server)
+
+
+def _assert_plain_rows(outs: Sequence[dict], prompts: Sequence[str], plain, what: str) -> None:
+    for prompt, got in zip(prompts, outs):
+        assert_main_rows_equal_plain_sglang(got, plain[prompt], len(ids(prompt)), f"{what}: {prompt!r}")
+
+
 class _Served:
     def __init__(self, server):
         self.server = server
@@ -131,6 +151,9 @@ class TestOurLauncherWithSlimesGlm47Flags:
         outs = _batch(dp_url, PROMPTS)  # prompt i on rank i % 2: the 210-token prompt's chunks on rank 1
         for prompt, got in zip(PROMPTS, outs):
             _assert_same_rows(got, one_rank[prompt], prompt)
+
+    def test_batch_rows_on_both_dp_ranks_equal_plain_sglangs_own_capturer(self, dp_url, plain_one_rank):
+        _assert_plain_rows(_batch(dp_url, PROMPTS), PROMPTS, plain_one_rank, "2 DP ranks, EP, MTP")
 
     def test_a_lone_request_with_the_other_rank_idle(self, dp_url, one_rank):
         # The idle rank still joins every MoE layer's gather (an IDLE forward); the busy one files its rows.
@@ -182,6 +205,10 @@ class TestThreeRanks:
         prompts, ranks = zip(*UNEVEN)
         for prompt, got in zip(prompts, _batch(dp_url, prompts, ranks=ranks)):
             _assert_same_rows(got, one_rank[prompt], prompt)
+
+    def test_uneven_loads_equal_plain_sglangs_own_capturer(self, dp_url, plain_one_rank):
+        prompts, ranks = zip(*UNEVEN)
+        _assert_plain_rows(_batch(dp_url, prompts, ranks=ranks), prompts, plain_one_rank, "3 DP ranks, MTP")
 
     def test_rank_0_idle_while_ranks_1_and_2_decode(self, dp_url, one_rank):
         # Rank 0's slot at the head of the gather is empty: ranks 1 and 2 start at 0 and at rank 1's count.
@@ -259,7 +286,6 @@ class TestSlimesLaunchPathAndPlainSGLang:
         assert retracted, f"no request was retracted in {len(slime_answers)} batches"
 
     def test_plain_sglangs_own_capturer_returns_what_we_return(self, slime_answers, plain_answers):
-        for prompt, ours, plain in zip(PROMPTS, slime_answers[0], plain_answers):
-            assert plain["output_ids"] == ours["output_ids"], prompt
-            assert plain["meta_info"]["routed_experts"] == ours["meta_info"]["routed_experts"], prompt
+        # Plain SGLang with the same DP attention, against our record's main rows and our routed_experts field.
+        _assert_plain_rows(slime_answers[0], PROMPTS, dict(zip(PROMPTS, plain_answers)), "slime's launch path, 2 DP")
 

@@ -7,10 +7,12 @@ Three paths no sglang_r3 launcher runs on, each a real SGLang serving the embedd
   exactly as slime starts its rollout engines (``tests/slime_launch.py``, a stand-in for slime's actor);
 * ``sglang.Engine(**kwargs)`` in process (``tests/sglang_engine_check.py``).
 
-The oracle is our launcher's server for the same request (the suite's ``routing_server`` /
-``nospec_server``): same layout, same rows in both of upstream's and our response forms. Each path
-also refuses, at start-up and naming the flag, what our launcher refuses; and without the opt-in our
-plugin leaves SGLang exactly as it is.
+The oracle of main rows is plain SGLang's own capturer (the suite's ``plain_server``: no sglang-r3,
+``--enable-return-routed-experts``, spec off) on the same greedy request: its ``routed_experts`` against each path's
+record and ``routed_experts`` field. Our launcher's server for the same request (the suite's ``routing_server`` /
+``nospec_server``) is the reference for the rest: same layout, same record (MTP section included), same field; our
+``routed_experts`` is our capture re-encoded on both sides there. Each path also refuses, at start-up and naming the
+flag, what our launcher refuses; and without the opt-in our plugin leaves SGLang exactly as it is.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from sglang_r3.core import settings
 from sglang_r3.dev.cpu import has_gpu
 from sglang_r3.dev.embedded import default_speculative_flags, ensure_embedded_model
 from tests.routing_http import TIMEOUT, greedy, ids
-from tests.servers import ServerProcess
+from tests.servers import ServerProcess, assert_main_rows_equal_plain_sglang
 
 pytestmark = [pytest.mark.sglang, pytest.mark.release]
 
@@ -108,7 +110,17 @@ def test_opt_in_server_serves_our_layout(opt_in_server, routing_server):
     assert got.json() == httpx.get(routing_server + "/routing/layout", timeout=TIMEOUT).json()
 
 
-def test_opt_in_server_returns_upstream_routed_experts_equal_to_our_launcher(opt_in_server, routing_server):
+def test_opt_in_server_main_rows_equal_plain_sglangs_own_capturer(opt_in_server, plain_server):
+    # Both our forms at once; the opt-in servers speculate (MTP), plain SGLang does not: main rows are the verify
+    # passes', the same tokens' rows.
+    got = greedy(opt_in_server, 8, input_ids=PROMPT, return_routing=True, return_routed_experts=True)
+    plain = greedy(plain_server, 8, input_ids=PROMPT, return_routed_experts=True)
+    assert_main_rows_equal_plain_sglang(got, plain, len(PROMPT), opt_in_server)
+
+
+def test_opt_in_server_returns_a_routed_experts_field_equal_to_our_launchers(opt_in_server, routing_server):
+    """Our ``routed_experts`` field (our capture re-encoded) on both sides, as slime asks for it; plain SGLang's own
+    capturer is the oracle in the test above."""
     # What slime's rollout sends (slime/rollout/sglang_rollout.py: payload["return_routed_experts"] = True).
     got = greedy(opt_in_server, 8, input_ids=PROMPT, return_logprob=True, return_routed_experts=True)
     ref = greedy(routing_server, 8, input_ids=PROMPT, return_logprob=True, return_routed_experts=True)
@@ -156,7 +168,17 @@ def engine_run():
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def test_sglang_engine_returns_upstream_rows_and_record_equal_to_our_launcher(engine_run, nospec_server):
+def test_sglang_engine_main_rows_equal_plain_sglangs_own_capturer(engine_run, plain_server):
+    plain = greedy(plain_server, 6, input_ids=PROMPT, return_routed_experts=True)  # the Engine's 6 tokens
+    ours = {"output_ids": engine_run["output_ids"],
+            "meta_info": {k: engine_run[k] for k in ("routing", "routed_experts") if engine_run[k] is not None}}
+    assert engine_run["routing_error"] is None, engine_run["routing_error"]
+    assert_main_rows_equal_plain_sglang(ours, plain, len(PROMPT), "sglang.Engine")
+
+
+def test_sglang_engine_returns_a_routed_experts_field_and_record_equal_to_our_launchers(engine_run, nospec_server):
+    """Our ``routed_experts`` field (our capture re-encoded) and record on both sides; plain SGLang's own capturer is
+    the oracle in the test above."""
     ref = greedy(nospec_server, 6, input_ids=PROMPT, return_routing=True, return_routed_experts=True)
     assert engine_run["output_ids"] == ref["output_ids"]
     assert engine_run["routing_error"] is None

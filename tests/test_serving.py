@@ -15,6 +15,7 @@ from sglang_r3.dev.embedded import EMBEDDED_CONFIG
 from sglang_r3.core.layout import ModelLayout
 from sglang_r3.core.record import RoutingRecord
 from tests.routing_http import TIMEOUT, fetch_layout, flush_cache, full_ids, greedy, ids, record_of
+from tests.servers import assert_main_rows_equal_plain_sglang
 
 pytestmark = pytest.mark.release  # also run on SGLang 0.5.15.post1 (.ci/release-env)
 
@@ -116,18 +117,33 @@ def test_routing_start_at_prompt_length_is_allowed(url):
     assert rec.num_tokens == len(out["output_ids"]) - 1
 
 
-def test_upstream_field_matches_at_moe_layers(url, layout):
+def test_main_rows_equal_plain_sglangs_own_capturer_on_our_launcher(nospec_server, routing_server, plain_server):
+    """The oracle of main rows: plain SGLang's own capturer (tests/conftest.py's ``plain_server``: no sglang-r3,
+    ``--enable-return-routed-experts``, spec off) on the same greedy requests. Our launcher (``python -m
+    sglang_r3.launch_server``) spec off and with MTP speculation on (its main rows are the verify passes')."""
+    for mode, ours_url in (("spec off", nospec_server), ("MTP on", routing_server)):
+        for prompt in PROMPTS:
+            plain = greedy(plain_server, 12, input_ids=ids(prompt), return_routed_experts=True)
+            ours = greedy(ours_url, 12, input_ids=ids(prompt), return_routing=True, return_routed_experts=True)
+            assert_main_rows_equal_plain_sglang(ours, plain, len(ids(prompt)), f"our launcher, {mode}: {prompt!r}")
+
+
+def test_format_check_our_routed_experts_field_re_encodes_our_record_at_moe_layers(url, layout):
+    """Format check: our field re-encodes our record (``sglang_r3/serving/response.py``'s ``upstream_view``), in
+    upstream's form. Not an oracle: both sides are our capture (plain SGLang's is, in the test above)."""
     prompt = ids("upstream compatibility")
     out = greedy(url, 8, input_ids=prompt, return_routing=True, return_routed_experts=True)
     rec = record_of(out)
     up = np.frombuffer(base64.b64decode(out["meta_info"]["routed_experts"]), dtype=np.int32)
     up = up.reshape(-1, layout.num_hidden_layers, K)
-    assert up.shape[0] == rec.num_tokens
-    np.testing.assert_array_equal(up[:, list(layout.moe_layer_ids), :], rec.experts.astype(np.int32))
+    assert up.shape[0] == rec.num_tokens, "format check: our field re-encodes our record"
+    np.testing.assert_array_equal(up[:, list(layout.moe_layer_ids), :], rec.experts.astype(np.int32),
+                                  err_msg="format check: our field re-encodes our record")
     assert not up[:, 0, :].any()  # the dense layer, as upstream returns it
 
 
-def test_upstream_field_alone_keeps_upstream_shape(url, layout):
+def test_format_check_our_routed_experts_field_alone_keeps_upstream_shape(url, layout):
+    """Format check: our field alone (slime's request) is upstream's shape, ``[T-1, num_hidden_layers, topk]``."""
     out = greedy(url, 4, input_ids=ids("slime path"), return_routed_experts=True)
     assert "routing" not in out["meta_info"]
     up = np.frombuffer(base64.b64decode(out["meta_info"]["routed_experts"]), dtype=np.int32)
@@ -136,7 +152,7 @@ def test_upstream_field_alone_keeps_upstream_shape(url, layout):
 
 
 @pytest.mark.parametrize("accept", ["application/json", "application/msgpack"])
-def test_a_stream_carries_the_record_and_upstreams_field_in_its_last_frame_only(url, layout, accept):
+def test_a_stream_carries_the_record_and_the_routed_experts_field_in_its_last_frame_only(url, layout, accept):
     prompt = ids("streamed routing")
     want = record_of(greedy(url, 6, input_ids=prompt, return_routing=True))
     body = {"input_ids": prompt, "stream": True, "return_routing": True, "return_routed_experts": True,
@@ -156,7 +172,8 @@ def test_a_stream_carries_the_record_and_upstreams_field_in_its_last_frame_only(
     np.testing.assert_array_equal(rec.experts, want.experts)
     up = np.frombuffer(base64.b64decode(last["meta_info"]["routed_experts"]), dtype=np.int32)
     up = up.reshape(-1, layout.num_hidden_layers, K)
-    np.testing.assert_array_equal(up[:, list(layout.moe_layer_ids), :], rec.experts.astype(np.int32))
+    np.testing.assert_array_equal(up[:, list(layout.moe_layer_ids), :], rec.experts.astype(np.int32),
+                                  err_msg="format check: our field re-encodes our record")
 
 
 def test_no_routing_when_not_asked(url):

@@ -10,7 +10,7 @@ from __future__ import annotations
 # ``meta_info.routing_error.code``: a finished request comes back without a record.
 CAPTURE_ERROR_CODES = (
     "missing_rows",  # some of the request's KV slots hold no row a target forward wrote
-    "capture_off",  # capture was switched off while the request's KV was computed
+    "capture_off",  # capture was off when the request finished (the mode is read then, not per forward)
     "image_attention",  # its image's tokens were served with another attention mask than the checkpoint's (Gemma-4)
 )
 STORE_ERROR_CODES = (  # records by reference: the engine's record store did not take the record

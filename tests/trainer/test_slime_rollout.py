@@ -238,8 +238,17 @@ def test_a_sample_generated_across_a_weight_update_is_refused_where_slime_trains
     actor.train_actor(0, data)  # nothing in slime, nor the trainer (no weight_versions there), refuses it
     with pytest.raises(SlimeSampleError, match=r"1 of 5 samples of rollout 0 .*sample 1 \[weight_versions\]: it was "
                                                r"generated under weight versions \['1', '2'\].*Fix: regenerate it "
-                                               r"under one version; slime's --partial-rollout"):
+                                               r"under one version; if resuming .* pass slime's --partial-rollout"):
         rollout(hf_checkpoints, server(), **gen).generate(0)
+    # With --partial-rollout the user asked for samples resumed under new weights: accepted (each row is what its own
+    # forward routed), the rows checked all the same.
+    from sglang_r3.trainer.slime.installer import sample_problems
+
+    again = rollout(hf_checkpoints, server(), ours=False, **gen).generate(0)  # (the actor consumed ``data``)
+    tokens, routed = again["tokens"][1], again["rollout_routed_experts"][1]
+    assert sample_problems(1, len(tokens), routed, layout, weight_versions=["1", "2"], mixed_versions=True) == []
+    assert [p.code for p in sample_problems(1, len(tokens), routed[:-1], layout, weight_versions=["1", "2"],
+                                            mixed_versions=True)] == ["rows"]
 
 
 def test_layer_count_and_topk_other_than_the_layouts_are_refused(rollout_process, hf_checkpoints, layout):

@@ -167,15 +167,17 @@ def account(family: Family, keys) -> Dict[str, str]:
         ruled.add("tie_word_embeddings")
     ruled |= {aliases[k] for k in ruled if k in aliases}
     out = {}
-    for key in keys:  # the strongest evidence first: a served forward, a refusal, the rule
-        if key in own.proven:
+    for key in keys:  # the strongest evidence first (a served forward, a refusal), the family's own words before
+        if key in own.proven:  # the static reading of its rule's source
             out[key] = "proven"
         elif key in own.neutral:
             out[key] = f"neutral: {list(own.neutral[key][0])} accepted"
+        elif key in own.irrelevant:
+            out[key] = f"irrelevant: {own.irrelevant[key]}"
         elif key in ruled:
             out[key] = "ruled"
-        elif key in own.irrelevant or key in COMMON_IRRELEVANT:
-            out[key] = f"irrelevant: {own.irrelevant.get(key) or COMMON_IRRELEVANT[key]}"
+        elif key in COMMON_IRRELEVANT:
+            out[key] = f"irrelevant: {COMMON_IRRELEVANT[key]}"
         elif key in own.pending or own.pending_all:
             out[key] = f"PENDING: {own.pending.get(key) or own.pending_all}"
     return out

@@ -53,7 +53,8 @@ COMMON_IRRELEVANT: Mapping[str, str] = {
 }
 
 # The activation SGLang's model file builds for the family (its SiluAndMul / GeluAndMul); the releases publish it.
-_SILU = {"hidden_act": (("silu",), "SGLang's model builds its MLPs with SiluAndMul whatever the key says")}
+_SILU = {"hidden_act": (("silu",), "SGLang's model builds SiLU-gated MLPs (SiluAndMul; some raise on another "
+                                   "activation only once the model is built)")}
 
 # Groups and reasons more than one family's KEYS use.
 _NEVER_READ = "declared by the config class, read by none of its modeling code"

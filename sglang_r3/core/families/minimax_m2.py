@@ -66,7 +66,7 @@ FAMILIES: Tuple[Family, ...] = (
 )
 
 KEYS: Dict[str, Keys] = {
-    "MiniMax-M2": Keys(neutral=_SILU, proven=_SHAPES + ("rms_norm_eps",)),
+    "MiniMax-M2": Keys(neutral=_SILU, proven=_SHAPES + ("rms_norm_eps", "head_dim", "rope_parameters")),
 }
 
 # This module's architectures whose SGLang model builds its own lm_head whatever tie_word_embeddings says (the

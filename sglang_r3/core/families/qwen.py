@@ -240,7 +240,8 @@ FAMILIES: Tuple[Family, ...] = (
 )
 
 KEYS: Dict[str, Keys] = {
-    "Qwen3-MoE": Keys(neutral=_SILU, proven=_SHAPES + ("head_dim", "norm_topk_prob", "rms_norm_eps", "rope_parameters")),
+    "Qwen3-MoE": Keys(neutral=_SILU, proven=_SHAPES + ("head_dim", "norm_topk_prob", "attention_bias", "rms_norm_eps",
+                                                       "rope_parameters")),
     "Qwen2-MoE": Keys(neutral=_SILU, proven=_SHAPES + ("norm_topk_prob", "qkv_bias", "shared_expert_intermediate_size",
                                                        "rms_norm_eps", "rope_parameters")),
     "Qwen3-Next": Keys(neutral=_SILU, proven=_SHAPES_BUT_KV + (
@@ -252,17 +253,20 @@ KEYS: Dict[str, Keys] = {
         "linear_value_head_dim", "shared_expert_intermediate_size", "tie_word_embeddings", "rope_parameters",
         "rms_norm_eps"), pending=_pending("linear_conv_kernel_dim", "num_key_value_heads")),
     "Qwen3-VL-MoE (text)": Keys(neutral=_SILU, proven=_SHAPES + (
-        "head_dim", "rope_parameters", "tie_word_embeddings", "rms_norm_eps")),
+        "head_dim", "attention_bias", "rope_parameters", "tie_word_embeddings", "rms_norm_eps")),
     "Qwen3-Omni-MoE (thinker text)": Keys(neutral=_SILU, proven=_SHAPES + (
-        "norm_topk_prob", "rope_parameters", "rms_norm_eps"),
-        irrelevant={k: "the talker's or code2wav's: SGLang builds the thinker only, and the thinker's forward never "
-                       "reads it" for k in (
-            "accept_hidden_layer", "code_predictor_config", "codebook_size", "codec_bos_id", "codec_eos_token_id",
-            "codec_nothink_id", "codec_pad_id", "codec_think_bos_id", "codec_think_eos_id", "decoder_dim", "do_sample",
-            "layer_scale_initial_scale", "num_quantizers", "speaker_id", "thinker_hidden_size", "upsample_rates",
-            "upsampling_ratios")},
+        "norm_topk_prob", "attention_bias", "rope_parameters", "rms_norm_eps"),
+        irrelevant={"sliding_window": "the thinker's attention sets no window whatever the key says "
+                                      "(modeling_qwen3_omni_moe.py: self.sliding_window = None)",
+                    **{k: "the talker's or code2wav's: SGLang builds the thinker only, and the thinker's forward never "
+                          "reads it" for k in (
+                        "accept_hidden_layer", "code_predictor_config", "codebook_size", "codec_bos_id",
+                        "codec_eos_token_id", "codec_nothink_id", "codec_pad_id", "codec_think_bos_id",
+                        "codec_think_eos_id", "decoder_dim", "do_sample", "layer_scale_initial_scale", "num_quantizers",
+                        "speaker_id", "thinker_hidden_size", "upsample_rates", "upsampling_ratios")}},
         pending=_pending("shared_expert_intermediate_size", "vision_start_token_id")),
-    "Intern-S1": Keys(neutral=_SILU, proven=_SHAPES + ("head_dim", "norm_topk_prob", "rms_norm_eps", "rope_parameters")),
+    "Intern-S1": Keys(neutral=_SILU, proven=_SHAPES + ("head_dim", "norm_topk_prob", "attention_bias", "rms_norm_eps",
+                                                       "rope_parameters")),
 }
 
 # This module's architectures whose SGLang model builds its own lm_head whatever tie_word_embeddings says (the

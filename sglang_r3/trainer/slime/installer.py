@@ -410,22 +410,25 @@ def sample_problems(
     errors: Iterable[Any] = (),
     weight_versions: Sequence[Any] = (),
     shaped_by: Optional[Tuple[Any, Any]] = None,
+    mixed_versions: bool = False,
 ) -> List[SampleProblem]:
     """Why a sample's routing cannot be replayed (empty: it can). errors: the routing_error of each of its
     responses; routed: its ``rollout_routed_experts`` (None when slime kept none); weight_versions: slime's
     ``Sample.weight_versions``; shaped_by: slime's ``(--num-layers, --moe-router-topk)``, which it reshapes
-    the array with (named in the message when given)."""
+    the array with (named in the message when given); mixed_versions: slime's --partial-rollout was given, so a
+    sample resumed under new weights is the user's choice (each row is still what its own forward routed, as a
+    ``mixed:`` record under allow_mixed_versions)."""
     out = [routing_error_problem(index, e) for e in errors]
     if not out:
         out += _rows_problems(index, num_tokens, routed, layout, shaped_by)
     versions = list(dict.fromkeys(str(v) for v in weight_versions))
-    if len(versions) > 1:
+    if len(versions) > 1 and not mixed_versions:
         out.append(SampleProblem(
             index, WEIGHT_VERSIONS,
             f"it was generated under weight versions {versions} (slime records one per finished /generate "
             f"response): its tokens and routing span a weight update, so no one policy routed it",
-            "regenerate it under one version; slime's --partial-rollout resumes aborted requests under the new "
-            "weights, which R3 cannot replay as one policy (drop the flag)",
+            "regenerate it under one version; if resuming aborted requests under new weights is intended, pass "
+            "slime's --partial-rollout (then such samples are accepted: each row is what its own forward routed)",
         ))
     return out
 
@@ -541,7 +544,7 @@ def check_rollout(args: Any, samples: Any, rollout_id: Any = None) -> None:
         problems += sample_problems(
             index, len(s.tokens), s.rollout_routed_experts, layout,
             errors=getattr(s, ERRORS_ATTR, None) or (), weight_versions=getattr(s, "weight_versions", None) or (),
-            shaped_by=shaped_by,
+            shaped_by=shaped_by, mixed_versions=bool(getattr(args, "partial_rollout", False)),
         )
     if problems:
         raise SlimeSampleError(problems, len(flat), f"rollout {rollout_id}")
