@@ -1,6 +1,6 @@
 """The family table of docs/models.md, generated: one row per family of the registry (sglang_r3/core/families/)
 with a layout rule, and one per architecture that slime's, Miles' or verl's example scripts train; per row the
-scripts that train it and how it is proven, derived from the tests that prove it (tests/families.py's served
+scripts that train it and how it is proven, derived from the tests that prove it (tests/family_specs/'s served
 forwards and their MTP-speculation servers, the two other served-forward tests named in OTHER_FORWARDS, the sweep
 for every rule) or the reason it is refused.
 
@@ -119,7 +119,7 @@ TRAINED_BY: Tuple[Script, ...] = (
 # What else is known of a model no script names an architecture for.
 UNMAPPED_WHY: Dict[str, str] = {}
 
-# Served-forward proofs outside tests/families.py: architecture -> (test file, what it shows).
+# Served-forward proofs outside tests/family_specs/: architecture -> (test file, what it shows).
 OTHER_FORWARDS: Dict[str, Tuple[str, str]] = {
     "Glm4MoeForCausalLM": ("tests/test_speculative.py",
                            "the embedded model (GLM-4.7 layout, NextN MTP) with MTP speculation on: main rows = "
@@ -130,7 +130,8 @@ OTHER_FORWARDS: Dict[str, Tuple[str, str]] = {
                            "compare with)"),
 }
 
-# tests/families.py families built but not served on the CPU runtime: test name -> the SGLang call that stops it
+# tests/family_specs/specs.py checkpoints built but not served on the CPU runtime: test name -> the SGLang call that
+# stops it
 # (the test test_families_not_served_on_cpu_stop_where_the_docstring_says checks the error each one raises).
 NOT_SERVED_WHY: Dict[str, str] = {
     "glm4_moe_lite_no_q_lora": "`q_lora_rank: null` refused at start-up: SGLang's glm4_moe_lite.py load_weights never "
@@ -147,7 +148,7 @@ NOT_SERVED_WHY: Dict[str, str] = {
     "qwen3_vl_moe_transformers_save": "a transformers 5.19 `save_pretrained` (its own fused-expert layout, not the "
                                       "Hub's) stops SGLang's `qwen3_vl_moe.py` `load_fused_expert_weights` at load "
                                       "(a size mismatch); the Hub layout is served",
-    # Config-space flips SGLang 0.5.23 builds otherwise (tests/families.py REFUSED_FLIPS)
+    # Config-space flips SGLang 0.5.23 builds otherwise (tests/family_specs/specs.py REFUSED_FLIPS)
     "qwen3_moe_mlp_only_layers": "`mlp_only_layers` / `decoder_sparse_step` that make layers dense refused at "
                                  "start-up: SGLang's qwen3_moe.py builds every layer MoE",
     "qwen3_moe_sliding_window": "`use_sliding_window: true` with a `sliding_window` shorter than the context "
@@ -250,13 +251,15 @@ def _link(s: Script) -> str:
 def _proof(arch: str) -> str:
     """How ``arch`` is proven, from the tests that prove it; '' when it has no rule."""
     from sglang_r3.core.families import SUPPORTED_ARCHITECTURES
-    from tests.families import (FAMILIES, FLIPPED, IMAGE_FAMILIES, MTP_FLAGS, RELEASE_FAMILIES, SERVERS,
-                                SGLANG_NORM_EPS, PUBLISHED_KEYS, STAND_INS, architecture_of)
+    from tests.family_specs.groups import MTP_FLAGS, RELEASE_FAMILIES, SERVERS
+    from tests.family_specs.oracle import IMAGE_FAMILIES, SGLANG_NORM_EPS
+    from tests.family_specs.published import PUBLISHED_KEYS, STAND_INS, architecture_of
+    from tests.family_specs.specs import FLIPPED, SPECS
 
     if arch not in SUPPORTED_ARCHITECTURES:
         return ""
     parts = []
-    for name, fam in FAMILIES.items():
+    for name, fam in SPECS.items():
         if architecture_of(fam) != arch:
             continue
         if fam.not_served:

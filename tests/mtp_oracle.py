@@ -29,7 +29,8 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from tests.families import Family, RouterTrace, load_transformers
+from tests.family_specs.oracle import RouterTrace, load_transformers
+from tests.family_specs.specs import CheckpointSpec
 
 # MTP tensors of the projection's side, per format: (projection, embedding norm, hidden norm, Gemma-style norms)
 _PROJECTION = {
@@ -52,7 +53,7 @@ def _layers_prefix(tensors: Dict[str, Any]) -> str:
     return key[:key.index(".layers.0.")] + ".layers."
 
 
-def _extended_checkpoint(family: Family, folder: Path, out: Path) -> Tuple[int, int, Dict[str, Any]]:
+def _extended_checkpoint(family: CheckpointSpec, folder: Path, out: Path) -> Tuple[int, int, Dict[str, Any]]:
     """A copy of ``folder`` whose transformers model has the MTP blocks as its last decoder layers: returns (the main
     model's layer count L, the MTP blocks' count, the tensors of the projection side)."""
     from safetensors.torch import load_file, save_file
@@ -102,10 +103,10 @@ class DraftOracle:
     ``tokens`` token p + 1). Step 0 of a round routes verified tokens, whose draft KV the draft extend wrote from
     the target's hidden states: those entries are this oracle's rows."""
 
-    def __init__(self, family: Family, folder: Path):
+    def __init__(self, family: CheckpointSpec, folder: Path):
         import torch
 
-        from tests.families import decoder_layers
+        from tests.family_specs.oracle import decoder_layers
 
         self._tmp = tempfile.TemporaryDirectory()
         L, blocks, proj = _extended_checkpoint(family, folder, Path(self._tmp.name) / "extended")

@@ -280,7 +280,7 @@ SPECS: Dict[str, tuple] = {
                                                 num_nextn_predict_layers=1, mtp_hybrid_override_pattern="*E")),
     # Intern-S1: Qwen3-MoE's text model (its architecture named in text_config, as internlm/Intern-S1 publishes it,
     # interns1.py picks its language model by it) and a one-layer InternViT tower with the vision keys SGLang reads;
-    # its config class is the release's own code (here the stand-in, tests/families.py STAND_INS).
+    # its config class is the release's own code (here the stand-in, tests/family_specs/published.py STAND_INS).
     "InternS1ForConditionalGeneration": ("interns1", dict(
         text_config=dict(_T, model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], intermediate_size=128,
                          moe_intermediate_size=32, num_hidden_layers=2, num_experts=8, num_experts_per_tok=2,
@@ -291,7 +291,7 @@ SPECS: Dict[str, tuple] = {
         tie_word_embeddings=False)),
     # Ling / Ring 2.0: the keys inclusionAI/Ling-mini-2.0 publishes (model_type bailing_moe, sigmoid router over an
     # expert bias in float32, grouped top-k, one shared expert, half RoPE, QK norm, one NextN layer); its config class
-    # is the release's own code (here the stand-in, tests/families.py STAND_INS).
+    # is the release's own code (here the stand-in, tests/family_specs/published.py STAND_INS).
     "BailingMoeV2ForCausalLM": ("bailing_moe", dict(
         _T, intermediate_size=128, moe_intermediate_size=32, moe_shared_expert_intermediate_size=32,
         num_hidden_layers=4, num_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2, first_k_dense_replace=2,
@@ -405,8 +405,8 @@ def config_object(arch: str, model_type: str, values: Dict[str, Any]):
 
 
 def _stand_in_config(model_type: str):
-    """The stand-in for a release's own config class (tests/families.py STAND_INS), else None."""
-    from tests.families import STAND_INS
+    """The stand-in for a release's own config class (tests/family_specs/published.py STAND_INS), else None."""
+    from tests.family_specs.published import STAND_INS
 
     return STAND_INS[model_type].load() if model_type in STAND_INS else None
 
@@ -456,7 +456,7 @@ def transformers_config(arch: str, model_type: str, values: Dict[str, Any]):
     """transformers' own config class for this model type built from the values (None: it has none)."""
     import transformers
 
-    from tests.families import STAND_INS
+    from tests.family_specs.published import STAND_INS
 
     if model_type in STAND_INS and STAND_INS[model_type].renames is None:
         return None  # a release's own class that renames none of transformers' (Ling 2.0)
@@ -474,7 +474,7 @@ def transformers_moe_layers(arch: str, cfg) -> Optional[List[int]]:
     import torch
     import transformers
 
-    from tests.families import TRANSFORMERS_CLASS
+    from tests.family_specs.published import TRANSFORMERS_CLASS
 
     cls = getattr(transformers, TRANSFORMERS_CLASS.get(arch, arch), None)
     if cls is None or cfg is None:
@@ -714,10 +714,11 @@ def sweep(only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
 def served_forwards() -> Dict[str, str]:
     """architecture -> its served-forward oracle in tests/test_families.py (a tiny checkpoint saved by transformers'
     class, served on the CPU runtime, rows = transformers' router top-k)."""
-    from tests.families import FAMILIES, architecture_of
+    from tests.family_specs.published import architecture_of
+    from tests.family_specs.specs import SPECS
 
     out: Dict[str, str] = {}
-    for f in FAMILIES.values():
+    for f in SPECS.values():
         if not f.not_served:
             arch = architecture_of(f)
             out[arch] = f"{out[arch]}, {f.name}" if arch in out else f.name

@@ -35,8 +35,9 @@ def _load(name):
 
 def _sglang_config(tmp_path, cfg, sub="m"):
     """What SGLang's loader builds from this config.json; a model type whose class is a release's own code
-    (tests/families.py STAND_INS) with that code beside it (its stand-in), as --trust-remote-code loads it."""
-    from tests.families import STAND_INS
+    (tests/family_specs/published.py STAND_INS) with that code beside it (its stand-in), as --trust-remote-code
+    loads it."""
+    from tests.family_specs.published import STAND_INS
 
     d = tmp_path / sub
     d.mkdir()
@@ -57,7 +58,7 @@ def _saved(tmp_path, obj, sub="saved"):
 def _config_class(model_type):
     """The class SGLang instantiates for a model type: its own registry first, then transformers', else the release's
     own (its stand-in)."""
-    from tests.families import STAND_INS
+    from tests.family_specs.published import STAND_INS
 
     if model_type in STAND_INS and model_type not in transformers.CONFIG_MAPPING:
         return STAND_INS[model_type].load()

@@ -1,6 +1,6 @@
 """Every MoE family SGLang 0.5.23 serves on the CPU runtime, against transformers' own routers.
 
-Each family's checkpoint is built and saved by transformers' own ``<Family>ForCausalLM`` (tests/families.py),
+Each family's checkpoint is built and saved by transformers' own ``<Family>ForCausalLM`` (tests/family_specs/),
 served with ``python -m sglang_r3.launch_server --model-path DIR --dtype float32``; the oracle is
 transformers' router top-k (hooks on its routers) over the same prompt + completion ids, and its module
 tree (which layers have a router and experts).
@@ -145,7 +145,7 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   (tests: ``test_families_not_served_on_cpu_stop_where_the_docstring_says`` checks each of these stops.)
 - MiniMax-M2 with a config without ``use_qk_norm: true``: refused by the layout rule. Served that way (SGLang's
   default builds no q/k norm) its rows differed from transformers', which always normalises q and k.
-- Config-space flips (``REFUSED_FLIPS`` in tests/families.py), each refused by its layout rule naming the key:
+- Config-space flips (``REFUSED_FLIPS`` in tests/family_specs/specs.py), each refused by its layout rule naming the key:
   OLMoE with ``attention_bias``, ``clip_qkv`` or ``norm_topk_prob`` set (olmoe.py hard-codes no bias, no clipping,
   no renormalisation; served with the three, 105 of 106 pairs differed); Mixtral with a ``head_dim`` other than
   hidden_size // num_attention_heads (mixtral.py sizes heads from the latter; the first forward stopped on a shape
@@ -171,10 +171,12 @@ import numpy as np
 import pytest
 
 from sglang_r3.core.layout import ROLE_DENSE, ROLE_MOE, ROLE_MTP, LayoutError, layout_from_model_path
-from tests.families import (FAMILIES, FLIPPED, GROUPS, IMAGE_FAMILIES, IMAGE_REQUEST, MTP_FLAGS, NEAR_TIE_LOGIT,
-                            NEAR_TIES_PER_RESPONSE, REFUSED_FLIPS, RELEASE_FAMILIES, SERVERS, SGLANG_NORM_EPS,
-                            SGLANG_PROCESSED, Family, RouterTrace, build, dense_or_moe, initialized, load_transformers,
-                            serve_group, stop_ahead, with_sglang_norm_eps)
+from tests.family_specs.build import build, initialized
+from tests.family_specs.groups import GROUPS, MTP_FLAGS, RELEASE_FAMILIES, SERVERS, serve_group, stop_ahead
+from tests.family_specs.oracle import (IMAGE_FAMILIES, IMAGE_REQUEST, NEAR_TIE_LOGIT, NEAR_TIES_PER_RESPONSE,
+                                       SGLANG_NORM_EPS, SGLANG_PROCESSED, RouterTrace, dense_or_moe, load_transformers,
+                                       with_sglang_norm_eps)
+from tests.family_specs.specs import FLIPPED, REFUSED_FLIPS, SPECS, CheckpointSpec
 from tests.routing_http import fetch_layout, generate, record_of
 
 pytestmark = pytest.mark.server
@@ -197,7 +199,7 @@ def groups(*names: str) -> list:
 @pytest.fixture(scope="module", params=groups(*sorted(GROUPS)))
 def served(request, _group_order):
     """One family's servers at a time: pytest runs every test of a family, then the next family (the next ones'
-    servers start while this family's tests run: tests/families.py serve_group)."""
+    servers start while this family's tests run: tests/family_specs/groups.py serve_group)."""
     order, done = _group_order
     then = order[len(done) + 1:] if order[len(done):len(done) + 1] == [request.param] else ()
     done.append(request.param)
@@ -219,7 +221,7 @@ def oracles():
     """transformers' model and router hooks per family, loaded once."""
     out = {}
     yield lambda name: out.setdefault(
-        name, RouterTrace(with_sglang_norm_eps(name, load_transformers(build(FAMILIES[name])))))
+        name, RouterTrace(with_sglang_norm_eps(name, load_transformers(build(SPECS[name])))))
     for trace in out.values():
         trace.close()
 
@@ -233,7 +235,7 @@ def draft_oracles():
 
     def get(name):
         if name not in out:
-            out[name] = DraftOracle(FAMILIES[name], build(FAMILIES[name]))
+            out[name] = DraftOracle(SPECS[name], build(SPECS[name]))
             with_sglang_norm_eps(name, out[name].model)
         return out[name]
 
@@ -256,19 +258,19 @@ def _check_layout_roles(name, url, oracles):
     model = oracles(name).model
     decoder = [l for l in layout.layers if l.role != ROLE_MTP]
     assert [l.role for l in decoder] == dense_or_moe(model)
-    # MTP layers: transformers builds none; the checkpoint carries FAMILIES[name].mtp_layers NextN layers.
+    # MTP layers: transformers builds none; the checkpoint carries SPECS[name].mtp_layers NextN layers.
     text_config = getattr(model.config, "text_config", model.config)
     assert [(l.id, l.depth) for l in layout.mtp_layers] == [
-        (text_config.num_hidden_layers + d, d + 1) for d in range(FAMILIES[name].mtp_layers)
+        (text_config.num_hidden_layers + d, d + 1) for d in range(SPECS[name].mtp_layers)
     ]
     for l in layout.moe_layers + tuple(m for m in layout.mtp_layers if m.num_experts):  # ERNIE's MTP is dense
-        assert (l.num_experts, l.topk) == tuple(FAMILIES[name].experts_topk(model.config))
+        assert (l.num_experts, l.topk) == tuple(SPECS[name].experts_topk(model.config))
     # The trainer reading the checkpoint's config.json (as save_pretrained spelled it) agrees, fingerprint too.
     if name == "qwen3_moe":  # the spelling that used to stop the scheduler ("missing 'num_experts'")
-        saved = json.loads((build(FAMILIES[name]) / "config.json").read_text())
+        saved = json.loads((build(SPECS[name]) / "config.json").read_text())
         assert saved["num_local_experts"] == 8 and "num_experts" not in saved
-    assert layout_from_model_path(str(build(FAMILIES[name]))) == layout
-    assert layout_from_model_path(str(build(FAMILIES[name]))).fingerprint == layout.fingerprint
+    assert layout_from_model_path(str(build(SPECS[name]))) == layout
+    assert layout_from_model_path(str(build(SPECS[name]))).fingerprint == layout.fingerprint
 
 
 @pytest.mark.parametrize("mode", sorted(SAMPLING))
@@ -281,8 +283,8 @@ def test_captured_rows_are_transformers_router_topk(served, oracles, mode):
 
 def _sampling(name, mode) -> dict:
     params = {**SAMPLING[mode], "max_new_tokens": NEW_TOKENS}
-    if FAMILIES[name].not_sampled:
-        params["logit_bias"] = {str(t): -1e4 for t in FAMILIES[name].not_sampled}
+    if SPECS[name].not_sampled:
+        params["logit_bias"] = {str(t): -1e4 for t in SPECS[name].not_sampled}
     return params
 
 
@@ -317,7 +319,7 @@ def _assert_logprobs(name, trace, out, prompt_len):
     served = [(lp, tok) for lp, tok, *_ in out["meta_info"]["output_token_logprobs"]]
     assert [t for _, t in served] == list(out["output_ids"])
     logits = trace.logits.clone()
-    logits[:, list(FAMILIES[name].not_sampled)] -= 1e4  # the request's logit_bias: SGLang's logprobs include it
+    logits[:, list(SPECS[name].not_sampled)] -= 1e4  # the request's logit_bias: SGLang's logprobs include it
     logprobs = torch.log_softmax(logits, dim=-1)
     want = [float(logprobs[prompt_len - 1 + i, tok]) for i, (_, tok) in enumerate(served)]
     np.testing.assert_allclose([lp for lp, _ in served], want, rtol=0, atol=LOGPROB_ATOL,
@@ -348,7 +350,7 @@ def test_image_prompt_rows_are_transformers_router_topk(served, oracles, mode):
     name = served.family
     text, side = IMAGE_FAMILIES[name]
     image, url_data = _image(side)
-    folder = build(FAMILIES[name])
+    folder = build(SPECS[name])
     if name in SGLANG_PROCESSED:  # the release's processor is SGLang's own, not transformers'
         prompt, pixels = SGLANG_PROCESSED[name](folder, text, image)
         image_token_id = json.loads((folder / "config.json").read_text())["image_token_id"]
@@ -411,7 +413,7 @@ def test_a_near_tie_is_what_transformers_router_picks_with_logits_moved_by_at_mo
     import torch
 
     torch.set_num_threads(1)
-    trace = RouterTrace(load_transformers(build(FAMILIES[name])))
+    trace = RouterTrace(load_transformers(build(SPECS[name])))
     try:
         tokens = list(PROMPTS[0].encode())
         want = trace.topk(tokens)
@@ -455,7 +457,7 @@ def test_every_flipped_key_changes_transformers_model(name):
 
     torch.set_num_threads(1)
     base, keys = REFUSED_FLIPS[name][:2] if name in REFUSED_FLIPS else (name[:-8], FLIPPED[name[:-8]])  # "_flipped"
-    flipped = FAMILIES[name]
+    flipped = SPECS[name]
     tokens = torch.tensor([list(PROMPTS[0].encode())])
 
     def fingerprint(text):
@@ -467,10 +469,10 @@ def test_every_flipped_key_changes_transformers_model(name):
     groups = [g for g in _FLIP_TOGETHER if set(g) <= set(keys)]
     groups = [g for g in groups if not any(set(g) < set(h) for h in groups)]  # the widest that apply
     units = groups + [(k,) for k in keys if not any(k in g for g in groups)]
-    shapes0, logits0 = fingerprint(FAMILIES[base].config)
+    shapes0, logits0 = fingerprint(SPECS[base].config)
     inert = []
     for unit in units:
-        shapes, logits = fingerprint({**FAMILIES[base].config, **{k: keys[k] for k in unit}})
+        shapes, logits = fingerprint({**SPECS[base].config, **{k: keys[k] for k in unit}})
         if shapes == shapes0 and torch.allclose(logits, logits0, rtol=0.0, atol=1e-6):
             inert.append(unit)
     assert not inert, f"{name}: flipping {inert} changed neither transformers' modules nor its logits"
@@ -494,13 +496,14 @@ def _compare_rows(name, mode, url, out, want, T, trace) -> np.ndarray:
     return got
 
 
-def _qwen3_with_a_dense_layer() -> Family:
-    base = FAMILIES["qwen3_moe"]
-    return Family("qwen3_moe_mlp_only", base.config_class, base.model_class, {**base.config, "mlp_only_layers": [0]})
+def _qwen3_with_a_dense_layer() -> CheckpointSpec:
+    base = SPECS["qwen3_moe"]
+    return CheckpointSpec("qwen3_moe_mlp_only", base.config_class, base.model_class,
+                          {**base.config, "mlp_only_layers": [0]})
 
 
 def _launch(path):
-    from tests.families import SERVE_FLAGS
+    from tests.family_specs.groups import SERVE_FLAGS
     from tests.servers import ServerProcess
 
     return ServerProcess(["--model-path", str(path), *SERVE_FLAGS]).start()
@@ -533,7 +536,7 @@ def launched_refusals(request):
     start-up after a SGLang import, which started one by one would run in series on one core."""
     selected = {item.callspec.params["name"] for item in request.session.items
                 if item.originalname == "test_families_not_served_on_cpu_stop_where_the_docstring_says"}
-    servers = {n: _launch(build(FAMILIES[n])) for n in sorted(selected) if not _read_in_process(n)}
+    servers = {n: _launch(build(SPECS[n])) for n in sorted(selected) if not _read_in_process(n)}
     yield lambda name: _refusal_of(servers[name])
     for server in servers.values():
         server.stop()
@@ -548,7 +551,7 @@ def test_the_dsa_oracle_sees_the_indexer_once_a_sequence_passes_index_topk(name)
     ids = list(np.random.RandomState(0).randint(0, 256, size=60))  # byte tokens of the test tokenizer
     rows = {}
     for k in (2048, 8):
-        model = load_transformers(build(FAMILIES[name]))
+        model = load_transformers(build(SPECS[name]))
         for module in model.modules():
             if hasattr(module, "index_topk"):
                 module.index_topk = k
@@ -569,29 +572,29 @@ def test_the_moonlight_oracle_sees_ropes_pair_layout():
 
     ids = list(np.random.RandomState(0).randint(0, 256, size=60))
     moved = {}
-    for scale in (1.0, FAMILIES["moonlight"].qk_scale):
+    for scale in (1.0, SPECS["moonlight"].qk_scale):
         rows = {}
         for interleave in (True, False):
-            model = load_transformers(build(replace(FAMILIES["moonlight"], qk_scale=scale)))
+            model = load_transformers(build(replace(SPECS["moonlight"], qk_scale=scale)))
             model.config.rope_interleave = interleave
             trace = RouterTrace(model)
             rows[interleave] = trace.topk(ids)
             trace.close()
         moved[scale] = int((rows[True] != rows[False]).any(-1).sum())
     assert moved[1.0] <= 2, moved  # the blind spot qk_scale exists for
-    assert moved[FAMILIES["moonlight"].qk_scale] >= 30, moved
+    assert moved[SPECS["moonlight"].qk_scale] >= 30, moved
 
 
 @pytest.mark.fast  # transformers only
 def test_the_kimi_k25_checkpoint_is_in_the_hubs_layout_and_transformers_reads_all_of_it():
-    # Written as moonshotai/Kimi-K2.5 ships it (tests/families.py _kimi_k25_as_published): transformers' conversion
-    # mapping for the Hub files finds every tensor it needs and no other, and the text model's tensors (routers and
-    # their selection bias included) are read as written.
+    # Written as moonshotai/Kimi-K2.5 ships it (tests/family_specs/published.py _kimi_k25_as_published): transformers'
+    # conversion mapping for the Hub files finds every tensor it needs and no other, and the text model's tensors
+    # (routers and their selection bias included) are read as written.
     import torch
     import transformers
     from safetensors.torch import load_file
 
-    path = build(FAMILIES["kimi_k25"])
+    path = build(SPECS["kimi_k25"])
     model, info = transformers.Kimi_K25ForConditionalGeneration.from_pretrained(
         str(path), dtype=torch.float32, output_loading_info=True)
     assert not any(info.values()), info
@@ -607,14 +610,14 @@ def test_the_kimi_k25_checkpoint_is_in_the_hubs_layout_and_transformers_reads_al
 
 @pytest.mark.fast  # transformers only
 def test_the_interns1_checkpoint_is_in_the_releases_layout_and_transformers_reads_all_of_it():
-    # Written as internlm/Intern-S1 ships it (tests/families.py _interns1_as_published): the module names its remote
-    # code loads and SGLang's interns1.py maps, its config class the checkpoint's own (the stand-in), and
-    # transformers' InternVL reads every tensor as written, none missing (its lm_head is not a fresh one).
+    # Written as internlm/Intern-S1 ships it (tests/family_specs/published.py _interns1_as_published): the module
+    # names its remote code loads and SGLang's interns1.py maps, its config class the checkpoint's own (the stand-in),
+    # and transformers' InternVL reads every tensor as written, none missing (its lm_head is not a fresh one).
     import torch
     import transformers
     from safetensors.torch import load_file
 
-    path = build(FAMILIES["interns1"])
+    path = build(SPECS["interns1"])
     config = json.loads((path / "config.json").read_text())
     assert config["auto_map"] == {"AutoConfig": "configuration_interns1.InternS1Config"}
     assert (path / "configuration_interns1.py").is_file()
@@ -643,17 +646,17 @@ def test_the_joyai_checkpoint_names_its_own_model_type_and_the_oracle_reads_ever
     import torch
     import transformers
 
-    path = build(FAMILIES["joyai_llm_flash"])
+    path = build(SPECS["joyai_llm_flash"])
     config = json.loads((path / "config.json").read_text())
     assert (config["model_type"], config["architectures"]) == ("joyai_llm_flash", ["DeepseekV3ForCausalLM"])
-    assert FAMILIES["joyai_llm_flash"].stand_in == config["model_type"]  # what the family table says
+    assert SPECS["joyai_llm_flash"].stand_in == config["model_type"]  # what the family table says
     assert config["auto_map"] == {"AutoConfig": "configuration_joyai_llm_flash.JoyAILLMFlashConfig"}
     assert (path / "configuration_joyai_llm_flash.py").is_file()
     _, info = transformers.DeepseekV3ForCausalLM.from_pretrained(str(path), dtype=torch.float32,
                                                                  output_loading_info=True)
     assert any(k.endswith("mlp.experts.gate_up_proj") for k in info["missing_keys"])
     oracle = load_transformers(path)
-    want = initialized(FAMILIES["joyai_llm_flash"], FAMILIES["joyai_llm_flash"].config).state_dict()
+    want = initialized(SPECS["joyai_llm_flash"], SPECS["joyai_llm_flash"].config).state_dict()
     got = oracle.state_dict()
     assert want.keys() == got.keys()
     for k, v in want.items():
@@ -670,12 +673,12 @@ def test_the_ling_2_checkpoint_has_the_releases_names_and_the_oracle_reads_every
     import transformers
     from safetensors import safe_open
 
-    from tests.families import _bailing_as_glm4_moe
+    from tests.family_specs.published import _bailing_as_glm4_moe
 
-    path = build(FAMILIES["bailing_moe_v2"])
+    path = build(SPECS["bailing_moe_v2"])
     config = json.loads((path / "config.json").read_text())
     assert (config["model_type"], config["architectures"]) == ("bailing_moe", ["BailingMoeV2ForCausalLM"])
-    assert FAMILIES["bailing_moe_v2"].stand_in == config["model_type"]  # what the family table says
+    assert SPECS["bailing_moe_v2"].stand_in == config["model_type"]  # what the family table says
     assert config["auto_map"] == {"AutoConfig": "configuration_bailing_moe_v2.BailingMoeV2Config"}
     assert (path / "configuration_bailing_moe_v2.py").is_file()
     with safe_open(str(path / "model.safetensors"), "pt") as f:
@@ -712,7 +715,7 @@ def test_the_norm_eps_the_oracle_takes_from_sglang_is_sglangs_and_differs_from_t
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     sglang_eps = float(out.stdout.strip().splitlines()[-1])
-    model = load_transformers(build(FAMILIES["glm4v_moe"]))
+    model = load_transformers(build(SPECS["glm4v_moe"]))
     (path, eps), = SGLANG_NORM_EPS["glm4v_moe"].items()
     assert sglang_eps == eps
     assert model.get_submodule(path).eps != eps  # transformers' own (1e-5)
@@ -732,11 +735,11 @@ def test_qwen_mlp_only_layers_stay_refused_at_start_up():
 
 
 @pytest.mark.sglang
-@pytest.mark.parametrize("name", sorted(n for n, f in FAMILIES.items() if f.not_served))
+@pytest.mark.parametrize("name", sorted(n for n, f in SPECS.items() if f.not_served))
 def test_families_not_served_on_cpu_stop_where_the_docstring_says(name, launched_refusals):
     # Each family this module does not serve stops our launcher at start-up with the reason stated above (before
     # a model loads: a few seconds after SGLang imports), so the statement is checked, not remembered.
-    fam = FAMILIES[name]
+    fam = SPECS[name]
     path = build(fam)
     if _read_in_process(name):
         with pytest.raises(LayoutError) as info:
@@ -834,17 +837,17 @@ def test_deepseek_v3_mtp_sampled_rows_are_transformers_router_topk(served, oracl
 
 @pytest.mark.parametrize("served", groups("qwen3_next", "qwen3_5_moe", "nemotron_h"), indirect=True)
 def test_hybrid_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged(served, oracles, draft_oracles):
-    # Qwen3-Next, Qwen3.5-MoE and Nemotron-H are served with their MTP layer drafting (tests/families.py SERVERS), so
-    # every row of the families' other tests is already spec on = transformers (which never speculates). Here: drafts
-    # are accepted (a verify commits the recurrent state and conv window of a step past the first: cpu/gdn.py's
-    # verify convolution and commit, cpu/mamba2.py's Mamba-2 verify), and the draft's routing sits in the MTP section
-    # at depth 1 (Nemotron-H's MTP layer: attention then MoE blocks, its router in the second).
+    # Qwen3-Next, Qwen3.5-MoE and Nemotron-H are served with their MTP layer drafting (tests/family_specs/groups.py
+    # SERVERS), so every row of the families' other tests is already spec on = transformers (which never speculates).
+    # Here: drafts are accepted (a verify commits the recurrent state and conv window of a step past the first:
+    # cpu/gdn.py's verify convolution and commit, cpu/mamba2.py's Mamba-2 verify), and the draft's routing sits in the
+    # MTP section at depth 1 (Nemotron-H's MTP layer: attention then MoE blocks, its router in the second).
     prompts = [list(p.encode()) for p in PROMPTS]
     for name in (n for n in served.families if MTP_FLAGS[0] in SERVERS[n][1]):  # not the flipped: served spec off
         url, trace = served.urls[name], oracles(name)
         layout = fetch_layout(url)
         assert [(l.depth, l.num_experts, l.topk) for l in layout.mtp_layers] == [
-            (1, *FAMILIES[name].experts_topk(trace.model.config))]
+            (1, *SPECS[name].experts_topk(trace.model.config))]
         # NEW_TOKENS as the families' other tests: at 32, Qwen3-Next's layer 2 at token 50 of the second prompt
         # is a near tie in transformers (2nd and 3rd expert 4e-6 apart) that float32's op order decides; there
         # SGLang's rows with speculation on equal its rows with it off.
@@ -857,8 +860,8 @@ def test_hybrid_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged
 
 @pytest.mark.parametrize("served", groups("glm4_moe_lite", "bailing_moe_v2"), indirect=True)
 def test_nextn_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged(served, oracles, draft_oracles):
-    # GLM-4.7-Flash and Ling 2.0 are served once, with NextN speculation on (tests/families.py SERVERS): their main
-    # rows must be what transformers routes with no speculation at all (greedy and sampled), upstream's
+    # GLM-4.7-Flash and Ling 2.0 are served once, with NextN speculation on (tests/family_specs/groups.py SERVERS):
+    # their main rows must be what transformers routes with no speculation at all (greedy and sampled), upstream's
     # routed_experts too, and the draft's routing sits in the MTP section at depth 1 (Ling 2.0's NextN MoE block is
     # built as layer 0: bailing_moe_nextn.py).
     name = served.family
@@ -866,7 +869,7 @@ def test_nextn_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged(
     layout = fetch_layout(url)
     config = trace.model.config
     assert [(l.id, l.num_experts, l.topk) for l in layout.mtp_layers] == [
-        (config.num_hidden_layers, *FAMILIES[name].experts_topk(config))]
+        (config.num_hidden_layers, *SPECS[name].experts_topk(config))]
     prompts = [list(p.encode()) for p in PROMPTS]
     for mode in sorted(SAMPLING):
         outs = generate(url, input_ids=prompts, return_routing={"mtp": True}, return_routed_experts=True,

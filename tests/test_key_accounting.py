@@ -62,9 +62,10 @@ def test_every_key_the_reference_reads_is_accounted_for(fam, mt):
 
 
 def _served_specs(fam):
-    from tests.families import FAMILIES, architecture_of
+    from tests.family_specs.published import architecture_of
+    from tests.family_specs.specs import SPECS
 
-    return [s for s in FAMILIES.values() if architecture_of(s) in fam.architectures and not s.not_served]
+    return [s for s in SPECS.values() if architecture_of(s) in fam.architectures and not s.not_served]
 
 
 def _default(mt: str, spec):
@@ -91,7 +92,7 @@ def test_each_proven_key_is_set_off_its_default_in_a_served_checkpoint(fam, mt):
     if not proven:
         pytest.skip(f"{fam.name}: no proven keys")
     specs = _served_specs(fam)
-    assert specs, f"{fam.name}: no served checkpoint in tests/families.py"
+    assert specs, f"{fam.name}: no served checkpoint in tests/family_specs/specs.py"
     aliases = {a: s for f in fam.facts.values() for a, s in f.aliases.items()}
     default = _default(mt, specs[0])
     flipped = set()
@@ -124,7 +125,7 @@ def _other_value(accepted):
 def _config_of(fam, spec) -> dict:
     """The config.json a served checkpoint of ``fam`` carries, near enough for the layout check: its keywords, under
     the architecture it names (wrappers: the text model in text_config)."""
-    from tests.families import architecture_of
+    from tests.family_specs.published import architecture_of
 
     arch = architecture_of(spec)
     (mt,) = fam.facts

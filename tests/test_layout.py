@@ -644,7 +644,7 @@ def test_minimax_m2_every_layer_moe_and_longcat_zero_experts_refused_by_name():
     assert layout.moe_layer_ids == tuple(range(62)) and (layout.num_experts, layout.topk) == (256, 8)
     assert layout.num_mtp_layers == 0
     # transformers always normalises q/k, adds its selection bias and takes the sigmoid; SGLang only as the config
-    # says: any other value refused (served with use_routing_bias false: tests/families.py's variant)
+    # says: any other value refused (served with use_routing_bias false: tests/family_specs/specs.py's variant)
     with pytest.raises(LayoutError, match="use_qk_norm=None.*transformers' MiniMaxM2 always"):
         layout_from_hf_config({k: v for k, v in cfg.items() if k != "use_qk_norm"})
     # partial RoPE as published (rotary_dim 64 of head_dim 128), as transformers 5.19 saves it (both), refused when

@@ -77,7 +77,7 @@ def collected(tmp_path_factory):
 
 
 def test_every_test_of_a_release_group_carries_the_release_mark(collected):
-    from tests.families import RELEASE_FAMILIES
+    from tests.family_specs.groups import RELEASE_FAMILIES
 
     unmarked = [nodeid for nodeid, served, marked in collected["files"] if served in RELEASE_FAMILIES and not marked]
     assert not unmarked, ("tests of groups served on 0.5.15.post1 too without the release mark (parametrize "
@@ -85,14 +85,14 @@ def test_every_test_of_a_release_group_carries_the_release_mark(collected):
 
 
 def test_what_the_docs_say_runs_on_the_oldest_release_is_selected_by_the_stage(collected):
-    from tests.families import FAMILIES
+    from tests.family_specs.specs import SPECS
 
     stage = collected["stage"]
     served = {s for _, s, _ in stage if s}
     models = (ROOT / "docs" / "models.md").read_text()
     claimed = set(re.findall(r"`tests/test_families\.py` `(\w+)`, on SGLang 0.5.15.post1 too", models))
     assert claimed, "docs/models.md marks no family 'on SGLang 0.5.15.post1 too'"
-    assert claimed <= set(FAMILIES)
+    assert claimed <= set(SPECS)
     assert not claimed - served, f"docs/models.md says these run on 0.5.15.post1, the stage serves none of their tests: {sorted(claimed - served)}"
     ids = [nodeid for nodeid, _, _ in stage]
     # docs/testing.md: DeepSeek-V3 with MTP speculation on and off, GLM-4.7-Flash with it

@@ -425,9 +425,11 @@ def test_a_drafted_tree_over_linear_attention_layers_on_the_cpu_runtime_is_refus
     # The CPU runtime's gated delta-net and Mamba-2 mixers verify a drafted chain (one state per draft step); a
     # tree's first verify stopped the scheduler. Both checkpoints are the family tests' (served with a chain there);
     # the embedded model (no linear attention) keeps serving TREE (test_supported_configuration_passes_the_check).
-    from tests.families import FAMILIES, HYBRID_FLAGS, build
+    from tests.family_specs.build import build
+    from tests.family_specs.groups import HYBRID_FLAGS
+    from tests.family_specs.specs import SPECS
 
-    err = _refusal(sglang_args, ["--model-path", str(build(FAMILIES[name])), *HYBRID_FLAGS, *TREE])
+    err = _refusal(sglang_args, ["--model-path", str(build(SPECS[name])), *HYBRID_FLAGS, *TREE])
     _assert_only_flag(err, "--speculative-eagle-topk 2", "linear-attention", "--speculative-eagle-topk 1")
 
 

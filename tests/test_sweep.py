@@ -91,7 +91,7 @@ def test_the_models_doc_table_is_the_sweeps(rows):
 def test_the_family_table_is_generated_and_names_real_architectures(rows):
     from sglang_r3.core.families import FAMILIES as REGISTRY
     from tests import family_table
-    from tests.families import FAMILIES
+    from tests.family_specs.specs import SPECS
 
     assert _between(MODELS_DOC.read_text(), FAMILY_BEGIN, FAMILY_END) == family_table.markdown(), \
         "regenerate it: python -m tests.test_sweep"
@@ -99,11 +99,11 @@ def test_the_family_table_is_generated_and_names_real_architectures(rows):
     names = {r["architecture"] for r in rows}
     assert {s.architecture for s in family_table.TRAINED_BY if s.architecture} <= names
     # every built-but-not-served family says why; every layout note belongs to a registry family
-    assert set(family_table.NOT_SERVED_WHY) == {n for n, f in FAMILIES.items() if f.not_served}
+    assert set(family_table.NOT_SERVED_WHY) == {n for n, f in SPECS.items() if f.not_served}
     # every stand-in config class is one a family's checkpoint carries, under that family's name for it
-    from tests.families import STAND_INS
+    from tests.family_specs.published import STAND_INS
 
-    assert {f.stand_in for f in FAMILIES.values() if f.stand_in} == set(STAND_INS)
+    assert {f.stand_in for f in SPECS.values() if f.stand_in} == set(STAND_INS)
     assert set(family_table.LAYOUT) == {f.name for f in REGISTRY if f.rule is not None}
     assert set(family_table.OTHER_FORWARDS) <= {r["architecture"] for r in rows if r["status"] == "rule"}
     for path, _ in family_table.OTHER_FORWARDS.values():
