@@ -607,6 +607,29 @@ def test_a_transformers_saved_qwen_hybrid_without_full_attention_interval_is_ref
     assert [h for h in hits if "full_attention_interval" in str(h)] == []
 
 
+def test_a_transformers_saved_qwen3_next_with_its_rope_base_only_in_rope_parameters_is_refused(sglang_args, tmp_path):
+    import json
+
+    from sglang.srt.configs.qwen3_next import Qwen3NextConfig as SGLangQwen3NextConfig
+
+    config, saved = _qwen_hybrid_save(tmp_path, "Qwen3NextForCausalLM")
+    saved["full_attention_interval"] = 4  # the other published key, so only this one is missing
+    saved["rope_parameters"] = {**saved["rope_parameters"], "rope_theta": 1000.0}
+    saved.pop("rope_theta", None)
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    # The oracle is SGLang's own config class: it keeps its default base, whatever rope_parameters says.
+    assert SGLangQwen3NextConfig(**{k: v for k, v in saved.items() if k != "model_type"}).rope_theta == 10000.0
+    err = _refusal(sglang_args, ["--model-path", str(tmp_path)])
+    assert set(err.flags) == {f"--model-path {tmp_path}"} and 'add "rope_theta": 1000.0' in str(err), str(err)
+    saved["rope_theta"] = 1000.0  # as the refusal says: SGLang's class now holds the checkpoint's base
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert SGLangQwen3NextConfig(**{k: v for k, v in saved.items() if k != "model_type"}).rope_theta == 1000.0
+    from sglang_r3.serving.patches.startup_checks import _checkpoint
+
+    hits = list(_checkpoint(types.SimpleNamespace(model_path=str(tmp_path)), None, resolved=False))
+    assert [h for h in hits if "rope_theta" in str(h)] == [], hits
+
+
 # arch -> transformers' config class (transformers 5.12.1 has no DeepSeek-V3.2 / GLM-5 class: skipped there)
 _DEEPSEEK_LAYER_CLASSES = {"DeepseekV3ForCausalLM": "DeepseekV3Config", "DeepseekV2ForCausalLM": "DeepseekV2Config",
                            "DeepseekV32ForCausalLM": "DeepseekV32Config", "GlmMoeDsaForCausalLM": "GlmMoeDsaConfig"}

@@ -10,7 +10,7 @@ from sglang_r3.core.families._base import (
     _mlp_layer_types_agree
 )
 from sglang_r3.core.families.keys import (
-    Keys, _SILU, _NEVER_READ, _NO_ATTENTION_BIAS_MLA, _SHAPES, _MLA, _GROUPED, _pending
+    Keys, _SILU, _NEVER_READ, _NO_ATTENTION_BIAS_MLA, _SHAPES, _MLA, _GROUPED, _pending, mla_latent_eps
 )
 
 
@@ -172,25 +172,24 @@ FAMILIES: Tuple[Family, ...] = (
 )
 
 KEYS: Dict[str, Keys] = {
-    "DeepSeek-V3": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA}, proven=_SHAPES + _MLA + _GROUPED + (
-        "rope_interleave", "tie_word_embeddings", "rms_norm_eps", "rope_parameters"),
+    "DeepSeek-V3": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **mla_latent_eps(1e-06)},
+                        proven=_SHAPES + _MLA + _GROUPED + ("rope_interleave", "tie_word_embeddings", "rope_parameters"),
         irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ}),
-    "Kimi-K2.5 (text)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA}, proven=_SHAPES + _MLA + _GROUPED + (
-        "rope_interleave", "rms_norm_eps"),
+    "Kimi-K2.5 (text)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **mla_latent_eps(1e-06)},
+                             proven=_SHAPES + _MLA + _GROUPED + ("rope_interleave",),
         irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ},
         pending=_pending("rope_parameters", "tie_word_embeddings")),
-    "DeepSeek-V2": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS},
+    "DeepSeek-V2": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS, **mla_latent_eps(1e-06)},
                         proven=_SHAPES + _MLA + ("n_group", "topk_group", "routed_scaling_factor", "n_shared_experts",
-                                                 "topk_method", "tie_word_embeddings", "rms_norm_eps",
-                                                 "rope_parameters"),
+                                                 "topk_method", "tie_word_embeddings", "rope_parameters"),
                         irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ,
                                     "norm_topk_prob": _NEVER_READ}),
-    "GLM-5 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS}, proven=_SHAPES + _MLA + _GROUPED + (
-        "index_n_heads", "tie_word_embeddings", "rms_norm_eps"),
+    "GLM-5 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS, **mla_latent_eps(1e-05)},
+                        proven=_SHAPES + _MLA + _GROUPED + ("index_n_heads", "tie_word_embeddings"),
         pending=_pending("index_head_dim", "index_topk", "indexer_types", "layer_types", "rope_parameters"),
         irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ}),
-    "DeepSeek-V3.2 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS},
-                                proven=_SHAPES + _MLA + _GROUPED + ("index_n_heads", "rms_norm_eps"),
+    "DeepSeek-V3.2 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS, **mla_latent_eps(1e-06)},
+                                proven=_SHAPES + _MLA + _GROUPED + ("index_n_heads",),
                                 irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ},
                                 pending=_pending("index_head_dim", "index_topk", "layer_types", "rope_parameters",
                                                  "tie_word_embeddings")),

@@ -57,6 +57,16 @@ _SILU = {"hidden_act": (("silu",), "SGLang's model builds SiLU-gated MLPs (SiluA
                                    "activation only once the model is built)")}
 
 # Groups and reasons more than one family's KEYS use.
+def mla_latent_eps(published: float) -> dict:
+    """rms_norm_eps of an MLA family: SGLang's deepseek_v2.py / glm4_moe_lite.py build the latent norms
+    (q_a_layernorm, kv_a_layernorm) with it, transformers' classes at 1e-6 whatever it says. Served at the published
+    value (rows equal transformers' router top-k); at another (0.1 in a flipped checkpoint) 5 families' rows
+    differed: refused."""
+    return {"rms_norm_eps": ((published,), "SGLang applies rms_norm_eps to the MLA latent norms (q_a_layernorm, "
+                                           "kv_a_layernorm) as well, transformers' class keeps them at 1e-6; only "
+                                           "the published value is proven by a served forward")}
+
+
 _NEVER_READ = "declared by the config class, read by none of its modeling code"
 
 _NO_ATTENTION_BIAS_MLA = {"attention_bias": ((False,), "SGLang's deepseek_v2.py builds its MLA projections without "

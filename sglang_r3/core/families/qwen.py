@@ -246,8 +246,11 @@ KEYS: Dict[str, Keys] = {
                                                        "rms_norm_eps", "rope_parameters")),
     "Qwen3-Next": Keys(neutral=_SILU, proven=_SHAPES_BUT_KV + (
         "head_dim", "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim",
-        "norm_topk_prob", "shared_expert_intermediate_size", "rms_norm_eps", "rope_parameters"),
-        pending=_pending("linear_conv_kernel_dim", "num_key_value_heads")),
+        "norm_topk_prob", "shared_expert_intermediate_size", "rms_norm_eps"),
+        pending={**_pending("linear_conv_kernel_dim", "num_key_value_heads"),
+                 "rope_parameters": "served at SGLang's default theta only: SGLang's Qwen3NextConfig reads the top-level "
+                                    "rope_theta (default 10000), not rope_parameters'; a config.json that gives it "
+                                    "only there (a transformers-5 save) is refused at start-up"}),
     "Qwen3.5-MoE": Keys(neutral=_SILU, proven=_SHAPES_BUT_KV + (
         "head_dim", "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads",
         "linear_value_head_dim", "shared_expert_intermediate_size", "tie_word_embeddings", "rope_parameters",

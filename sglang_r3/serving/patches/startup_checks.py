@@ -571,6 +571,11 @@ def _rust_server() -> bool:
 # it) builds its layers from full_attention_interval (layers_block_type) and drops layer_types, which is all a
 # transformers-5 save_pretrained writes: the scheduler would stop on an AttributeError after start-up accepted it.
 _NEEDS_FULL_ATTENTION_INTERVAL = ("Qwen3NextForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")
+# SGLang's Qwen3NextConfig (srt/configs/qwen3_next.py) takes rope_theta as a keyword (default 10000) and qwen3_next.py
+# rotates with config.rope_theta; rope_parameters' own rope_theta, all a transformers-5 save writes, is not read
+# (Qwen3.5's config reads rope_parameters). Served so, a flipped checkpoint's layout digest (SGLang's 10000) differed
+# from its config.json's (1000).
+_READS_TOP_LEVEL_ROPE_THETA = ("Qwen3NextForCausalLM",)
 # SGLang's Qwen3.5 vision config (srt/configs/qwen3_5.py) subclasses Qwen3-VL's, whose deepstack_visual_indexes
 # defaults to [8, 16, 24]; the Qwen3.5 releases ship it empty, and transformers' Qwen3.5 vision config has no such key
 # (a transformers-5 save drops it). Without it SGLang adds deepstack features Qwen3.5 does not have to the image
@@ -594,6 +599,13 @@ def _checkpoint(cfg, names, *, resolved) -> Rule:
             f"instead; {_interval_hint(text.get('layer_types'), where)}"
         ))
     yield from _required_keys(cfg, arch, text, "text_config." if text is not config else "")
+    rope = text.get("rope_parameters") if isinstance(text.get("rope_parameters"), dict) else {}
+    theta = rope.get("rope_theta")
+    if arch in _READS_TOP_LEVEL_ROPE_THETA and text.get("rope_theta") is None and theta not in (None, 10000, 10000.0):
+        yield _Hit("model_path", cfg.model_path, (
+            f"{arch}: its config.json gives RoPE's base only inside rope_parameters (rope_theta={theta}, as "
+            f"transformers 5 saves it); SGLang's Qwen3NextConfig reads the top-level rope_theta, default 10000, and "
+            f"would rotate with that; add \"rope_theta\": {json.dumps(theta)} as the published config.json has it"))
     vision = config.get("vision_config")
     if arch in _NEEDS_DEEPSTACK_KEY and isinstance(vision, dict) and "deepstack_visual_indexes" not in vision:
         yield _Hit("model_path", cfg.model_path, (
