@@ -702,6 +702,9 @@ def test_what_sglang_0_5_15_cannot_run_on_the_cpu_runtime_is_refused_there_befor
                                               n_routed_experts=8, num_experts_per_tok=2, vocab_size=128)
         config.architectures = [arch]
         config.save_pretrained(tmp_path)
+        saved = json.loads((tmp_path / "config.json").read_text())
+        saved.update(moe_layer_freq=1, topk_method="noaux_tc")  # as published: the only refusal left is the release's
+        (tmp_path / "config.json").write_text(json.dumps(saved))
     flags = ["--model-path", str(tmp_path)]
     if _release() != "0.5.15.post1":
         from sglang_r3.serving.patches.startup_checks import _release_cpu_runtime
