@@ -78,6 +78,8 @@ class RouterTrace:
         self._inputs: Dict[int, List[Any]] = {}  # a router module's hidden-state input, per call (near_tie)
         self._gates: Dict[int, Any] = {}
         self._gate_args: Dict[int, tuple] = {}
+        self._routes: Dict[int, Callable] = {}  # route_tokens_to_experts, unwrapped: near_tie's second step
+        self._ids: Dict[int, Callable] = {}  # a named router's output -> its ids (CheckpointSpec.router_ids)
         self._probing = False
         self._undo: List[Callable[[], None]] = []
         fam = spec_of_model(model)
@@ -87,34 +89,41 @@ class RouterTrace:
             if not fam.is_moe_module(mlp):
                 continue
             if fam.router_ids is not None:
-                router, ids = fam.router_ids(mlp)
-                h = router.register_forward_hook(lambda m, a, out, i=i, ids=ids: self._record(i, ids(out)))
-                self._undo.append(h.remove)
+                router, self._ids[i] = fam.router_ids(mlp)
+                self._hook_gate(i, router)
             elif hasattr(mlp, "route_tokens_to_experts"):
                 self._wrap_method(i, mlp)
             else:
-                h = mlp.gate.register_forward_hook(self._module_hook(i))
-                self._undo.append(h.remove)
-                self._gates[i] = mlp.gate
+                self._hook_gate(i, mlp.gate)
 
     def _record(self, i, indices):
         self.rows.setdefault(i, []).append(indices.detach().reshape(-1, indices.shape[-1]).cpu().numpy())
 
-    def _module_hook(self, i):
+    def _picked(self, i, out):
+        """The ids in a router module's output."""
+        if i in self._ids:
+            return self._ids[i](out)
+        return out[-1] if isinstance(out, tuple) else out
+
+    def _hook_gate(self, i, gate):
         def hook(module, args, out):
             if self._probing:  # near_tie's own call
                 return
-            self._record(i, out[-1] if isinstance(out, tuple) else out)
+            if i not in self._routes:  # route_tokens_to_experts records the ids
+                self._record(i, self._picked(i, out))
             self._inputs.setdefault(i, []).append(args[0].detach().reshape(-1, args[0].shape[-1]).clone())
             self._gate_args[i] = args[1:]  # a router's other inputs (LFM2-MoE's expert bias), for near_tie
-        return hook
+
+        self._gates[i] = gate
+        self._undo.append(gate.register_forward_hook(hook).remove)
 
     def near_tie(self, column: int, token: int, chosen, delta: float = NEAR_TIE_LOGIT) -> bool:
         """Whether transformers' own router, from the last ``topk`` forward, picks ``chosen`` at (token, MoE layer
         column) once its logits move by at most ``delta``: up for the experts only ``chosen`` has, down for those
         only transformers chose. The move is made on the router's input (the least-squares hidden-state change
-        that shifts the logits so), so grouping, bias and scoring stay the router's own code. A float32 near tie
-        that another op order decides is one; a wrong row is not. Routers read another way: never."""
+        that shifts the logits so), so grouping, bias and scoring stay the router's own code (the gate module's,
+        then the block's ``route_tokens_to_experts`` where the block routes). A float32 near tie that another op
+        order decides is one; a wrong row is not. A router without a [experts, hidden] weight: never."""
         import torch
 
         layer = sorted(self.rows)[column]
@@ -133,21 +142,31 @@ class RouterTrace:
         try:
             with torch.no_grad():
                 out = gate((hidden.double() + move).to(hidden.dtype)[None], *self._gate_args.get(layer, ()))
+                if layer in self._routes:  # the block routes the gate's logits (GLM-4.5 / DeepSeek-V3 style)
+                    out = self._routes[layer](out)[0]
         finally:
             self._probing = False
-        picked = out[-1] if isinstance(out, tuple) else out
+        picked = out if layer in self._routes else self._picked(layer, out)
         return set(picked.reshape(-1).tolist()) == theirs
 
     def _wrap_method(self, i, mlp):
+        import torch
+
         original = mlp.route_tokens_to_experts
 
         def wrapped(*args, **kwargs):
             out = original(*args, **kwargs)
-            self._record(i, out[0])
+            if not self._probing:
+                self._record(i, out[0])
             return out
 
         mlp.route_tokens_to_experts = wrapped
         self._undo.append(lambda: delattr(mlp, "route_tokens_to_experts"))
+        # The gate module's input too, so near_tie moves the hidden state and runs gate, then the block's routing.
+        gate = getattr(mlp, "gate", None)
+        if isinstance(gate, torch.nn.Module):
+            self._routes[i] = original
+            self._hook_gate(i, gate)
 
     def topk(self, token_ids: List[int], **inputs) -> np.ndarray:
         """[len(token_ids), moe layers, topk] sorted ids from one forward over the whole sequence (``inputs``: the
