@@ -191,8 +191,9 @@ LAYOUT: Dict[str, str] = {
     "DeepSeek-V2": "as DeepSeek-V3",
     "GLM-4.7-Flash": "first `first_k_dense_replace` dense (its `mlp_layer_types` must agree), MLA, NextN MTP (MoE); "
                      "`q_lora_rank: null` refused",
-    "GLM-5 (DSA)": "as DeepSeek-V3 (MLA + DSA indexer), NextN MTP; `mlp_layer_types` that disagree refused; on the "
-                   "CPU runtime (attention over every key) a context longer than `index_topk` refused",
+    "GLM-5 (DSA)": "as DeepSeek-V3 (MLA + DSA indexer), NextN MTP; `mlp_layer_types` that disagree and shared "
+                   "indexers (`indexer_types`, `index_topk_pattern`, `index_topk_freq`) refused; on the CPU runtime "
+                   "(attention over every key) a context longer than `index_topk` refused",
     "DeepSeek-V3.2 (DSA)": "as DeepSeek-V3 (MLA + DSA indexer), NextN MTP; on the CPU runtime a context longer than "
                            "`index_topk` refused",
     "Qwen3-MoE": "every layer MoE; `mlp_only_layers` / `decoder_sparse_step` ≠ 1 refused (SGLang builds those "
@@ -211,7 +212,9 @@ LAYOUT: Dict[str, str] = {
     "MiniMax-M2": "every layer MoE; a config without `use_qk_norm: true`, `use_routing_bias: true` or "
                   "`scoring_func: sigmoid`, or whose `rotary_dim` is not transformers' partial RoPE width, refused",
     "gpt-oss": "every layer MoE",
-    "Llama 4": "MoE every `interleave_moe_layer_step`-th layer, top-1; `moe_layers` that disagree refused",
+    "Llama 4": "MoE every `interleave_moe_layer_step`-th layer, top-1; `moe_layers` that disagree refused, and NoPE "
+               "layers (`no_rope_layers`, `no_rope_layer_interval`) or `layer_types` other than every fourth (SGLang "
+               "fixes them), `attention_bias` or a tied head",
     "Qwen3-VL-MoE (text)": "text model: every layer MoE",
     "Qwen3-Omni-MoE (thinker text)": "the thinker's text model: every layer MoE; the talker (an MoE SGLang does not "
                                      "build) has no rows",
@@ -239,7 +242,8 @@ LAYOUT: Dict[str, str] = {
                                     "`*E`: its MoE block's router); more MTP layers or other MTP blocks, "
                                     "`n_shared_experts` ≠ 1, "
                                     "`mlp_hidden_act` ≠ relu2, `mamba_hidden_act` ≠ silu, `mlp_bias`, `sliding_window` "
-                                    "and `n_groups` ≠ `mamba_n_groups` refused",
+                                    "`n_groups` ≠ `mamba_n_groups` and a tied head (transformers' NemotronH never "
+                                    "ties it) refused",
 }
 
 

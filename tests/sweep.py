@@ -143,7 +143,7 @@ SPECS: Dict[str, tuple] = {
                                                  moe_intermediate_size=32, num_hidden_layers=4, n_routed_experts=8,
                                                  num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=2,
                                                  q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16,
-                                                 qk_rope_head_dim=16, v_head_dim=16, index_topk=16, index_head_dim=16,
+                                                 qk_rope_head_dim=16, v_head_dim=16, index_topk=16, index_head_dim=128,
                                                  index_n_heads=2, num_nextn_predict_layers=1, rope_scaling=_YARN,
                                                  **_DEEPSEEK_PUBLISHED)),
     "DeepseekV32ForCausalLM": ("deepseek_v32", dict(_T, num_key_value_heads=4, intermediate_size=128,
@@ -151,7 +151,7 @@ SPECS: Dict[str, tuple] = {
                                                     num_experts_per_tok=2, n_group=4, topk_group=2,
                                                     first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=32,
                                                     kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16,
-                                                    v_head_dim=16, index_topk=16, index_head_dim=16, index_n_heads=2,
+                                                    v_head_dim=16, index_topk=16, index_head_dim=128, index_n_heads=2,
                                                     num_nextn_predict_layers=1, rope_scaling=_YARN,
                                                     **_DEEPSEEK_PUBLISHED)),
     # gpt-oss: sliding_window, swiglu_limit and rope_scaling (YaRN) as openai/gpt-oss-20b publishes them.

@@ -445,7 +445,10 @@ def test_a_near_tie_is_what_transformers_router_picks_with_logits_moved_by_at_mo
 # MiniMax-M2 gives it a third time, as rotary_dim (what its SGLang model reads)
 _FLIP_TOGETHER = (("n_group", "topk_group"), ("partial_rotary_factor", "rope_parameters"),
                   ("partial_rotary_factor", "rope_parameters", "rotary_dim"),
-                  ("topk_method", "n_group", "topk_group"), ("use_sliding_window", "sliding_window"))
+                  ("topk_method", "n_group", "topk_group"), ("use_sliding_window", "sliding_window"),
+                  # Gemma-4: the KV-sharing layers' double-wide MLP; the per-layer input embeddings' table
+                  ("num_kv_shared_layers", "use_double_wide_mlp"),
+                  ("hidden_size_per_layer_input", "vocab_size_per_layer_input"))
 
 
 @pytest.mark.fast  # transformers only

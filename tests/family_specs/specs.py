@@ -104,7 +104,7 @@ class CheckpointSpec:
 _LLAMA4_TEXT = dict(_TINY, head_dim=16, intermediate_size=32, intermediate_size_mlp=128, num_hidden_layers=4,
                    num_local_experts=8, num_experts_per_tok=1, interleave_moe_layer_step=2, use_qk_norm=True,
                    attention_chunk_size=256, no_rope_layer_interval=4, attn_temperature_tuning=True,
-                   floor_scale=8192, attn_scale=0.1)
+                   floor_scale=4, attn_scale=0.5)  # the NoPE layer's query scaling on from position 3 (published: 8192)
 
 # SGLang keeps a linear-attention layer's convolution window in bfloat16 whatever --dtype says (SGLANG_MAMBA_CONV_DTYPE,
 # default bfloat16): served with it in float32, as --dtype (Nemotron-H served so moved 1 to 3 of ~400 sampled pairs).
@@ -703,42 +703,52 @@ FLIPPED: Dict[str, Dict[str, Any]] = {
                         v_head_dim=24),
     "glm_moe_dsa": dict(n_shared_experts=2, norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=1.0,
                         tie_word_embeddings=True),
-    "llama4": dict(rms_norm_eps=0.1, rope_theta=1000.0, use_qk_norm=False, interleave_moe_layer_step=1),
-    "gpt_oss": dict(rms_norm_eps=0.1, attention_bias=False, layer_types=["full_attention", "full_attention"]),
-    "ernie4_5_moe": dict(rms_norm_eps=0.1, rope_theta=1000.0, tie_word_embeddings=True, moe_layer_end_index=-1),
-    "qwen3_next": dict(rms_norm_eps=0.1, norm_topk_prob=False),
+    "llama4": dict(rms_norm_eps=0.1, rope_theta=1000.0, use_qk_norm=False, interleave_moe_layer_step=1,
+                   attn_temperature_tuning=False),
+    "gpt_oss": dict(rms_norm_eps=0.1, attention_bias=False, layer_types=["full_attention", "full_attention"],
+                    swiglu_limit=0.5),
+    "ernie4_5_moe": dict(rms_norm_eps=0.1, rope_theta=1000.0, tie_word_embeddings=True, moe_layer_end_index=-1,
+                         head_dim=32),
+    "qwen3_next": dict(rms_norm_eps=0.1, norm_topk_prob=False, num_key_value_heads=1, linear_conv_kernel_dim=3,
+                       rope_theta=1000.0),
     "deepseek_v32": dict(n_shared_experts=2, norm_topk_prob=False, n_group=1, topk_group=1, first_k_dense_replace=0,
-                         routed_scaling_factor=1.0),
+                         routed_scaling_factor=1.0, tie_word_embeddings=True),
     "kimi_k25": dict(n_shared_experts=2, norm_topk_prob=False, n_group=4, topk_group=2, first_k_dense_replace=0, routed_scaling_factor=1.0,
                      rope_interleave=False),
     "glm4v_moe": dict(rms_norm_eps=0.1, n_shared_experts=2, attention_bias=False, norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=2.5,
-                      first_k_dense_replace=0),
+                      first_k_dense_replace=0, tie_word_embeddings=True),
     "qwen3_vl_moe": dict(rms_norm_eps=0.1, attention_bias=True),
     "qwen3_omni_moe": dict(rms_norm_eps=0.1, attention_bias=True, norm_topk_prob=False),
     "interns1": dict(rms_norm_eps=0.1, rope_theta=1000.0, norm_topk_prob=False, attention_bias=True),
     # (moe_latent_size: the routed experts run in a 16-wide latent between two projections, as Nemotron-3-Super /
     # Ultra publish theirs; the router and the shared expert see the full width)
     "nemotron_h": dict(layer_norm_epsilon=0.1, norm_topk_prob=False, n_group=4, topk_group=2, routed_scaling_factor=1.0, use_conv_bias=False,
-                       moe_latent_size=16),
+                       moe_latent_size=16, n_groups=2, mamba_n_groups=2, conv_kernel=3, use_bias=True),
     # Qwen3.5's text-only checkpoint: M-RoPE over half the head (sections to match, the factor given as the
     # published config gives it: beside rope_parameters too), embeddings tied
     "qwen3_5_moe_text": dict(rms_norm_eps=0.1, tie_word_embeddings=True, partial_rotary_factor=0.5,
                              rope_parameters={**_QWEN35_TEXT["rope_parameters"], "partial_rotary_factor": 0.5,
-                                              "mrope_section": [4, 2, 2]}),
+                                              "mrope_section": [4, 2, 2]},
+                             num_key_value_heads=1, linear_conv_kernel_dim=3),
     # DeepSeek-V2 (the full model's keys): q LoRA, grouped top-k (group_limited_greedy: 4 groups, the best one; with
     # top-2 the best two would hold the top-2 anyway), scaled routed experts, no RoPE scaling, embeddings tied
     "deepseek_v2": dict(n_shared_experts=1, q_lora_rank=32, topk_method="group_limited_greedy", n_group=4, topk_group=1,
                         routed_scaling_factor=16.0, rope_scaling=None, tie_word_embeddings=True),
     "granitemoe": dict(rms_norm_eps=0.1, rope_theta=1000.0, tie_word_embeddings=True),
     "lfm2_moe": dict(norm_eps=0.1, rope_theta=1000.0, use_expert_bias=False, norm_topk_prob=False, routed_scaling_factor=2.0, conv_bias=True,
-                     num_dense_layers=0, tie_word_embeddings=True),
-    "afmoe": dict(rms_norm_eps=0.1, rope_theta=1000.0, mup_enabled=False, num_dense_layers=0, num_shared_experts=2, route_scale=1.0),
+                     num_dense_layers=0, tie_word_embeddings=True, conv_L_cache=2),
+    "afmoe": dict(rms_norm_eps=0.1, rope_theta=1000.0, mup_enabled=False, num_dense_layers=0, num_shared_experts=2, route_scale=1.0,
+                  head_dim=32),
     # MiniMax-M2: head_dim apart from hidden_size // num_attention_heads (as published: 128 against 3072 / 48), RoPE
     # over the whole head, linear RoPE scaling
     "minimax_m2": dict(rms_norm_eps=0.1, head_dim=32, rotary_dim=32, partial_rotary_factor=1.0,
                        rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}),
     "gemma4": dict(rms_norm_eps=0.1, attention_k_eq_v=False, final_logit_softcapping=None, hidden_size_per_layer_input=16,
-                   num_kv_shared_layers=2),
+                   num_kv_shared_layers=2, attention_bias=True, use_double_wide_mlp=True,
+                   vocab_size_per_layer_input=VOCAB,
+                   rope_parameters={"full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000.0,
+                                                       "rope_type": "proportional"},
+                                    "sliding_attention": {"rope_theta": 1000.0, "rope_type": "default"}}),
 }
 # Keys SGLang 0.5.23 builds otherwise than transformers (found by a flipped checkpoint): each set alone the other
 # way in a checkpoint of its own, refused at start-up by the layout rule naming it. name -> (family, keys, the
@@ -767,9 +777,18 @@ REFUSED_FLIPS: Dict[str, tuple] = {
 }
 
 
+# Keys a flipped checkpoint's config.json carries beside transformers' save, in the spelling SGLang's config class
+# reads: Qwen3-Next's RoPE base at the top level too (SGLang's Qwen3NextConfig reads only that; a transformers-5 save
+# writes it inside rope_parameters, which start-up refuses); Nemotron-H's Mamba groups as mamba_n_groups too (SGLang
+# builds the mixer from it, default 8; transformers' save writes n_groups only, which start-up refuses when not 8).
+FLIPPED_PUBLISHED: Dict[str, Dict[str, Any]] = {"qwen3_next": dict(rope_theta=1000.0),
+                                                "nemotron_h": dict(mamba_n_groups=2)}
+
+
 def _flip(base: str, name: str, keys: Dict[str, Any], not_served: str = "") -> CheckpointSpec:
+    published = {**SPECS[base].published, **FLIPPED_PUBLISHED.get(base, {})} if not not_served else SPECS[base].published
     return replace(SPECS[base], name=name, config={**SPECS[base].config, **keys}, qk_scale=8.0,
-                   attn_bias_std=0.1, not_served=not_served)
+                   attn_bias_std=0.1, not_served=not_served, published=published)
 
 
 for _base, _keys in FLIPPED.items():

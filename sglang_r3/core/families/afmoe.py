@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, FrozenSet, Tuple
 
 from sglang_r3.core.families._base import RuleError, Facts, Stack, Family, _kv_heads_default_to_heads, _int, _stack
-from sglang_r3.core.families.keys import Keys, _SILU, _SHAPES, _pending
+from sglang_r3.core.families.keys import Keys, _SILU, _SHAPES
 
 
 def _afmoe_fields(d: Dict[str, Any]) -> None:
@@ -65,7 +65,7 @@ FAMILIES: Tuple[Family, ...] = (
 KEYS: Dict[str, Keys] = {
     "AFMoE (Arcee Trinity)": Keys(neutral=_SILU, proven=_SHAPES + (
         "global_attn_every_n_layers", "mup_enabled", "num_shared_experts", "route_scale", "sliding_window",
-        "rms_norm_eps", "rope_parameters"), pending=_pending("head_dim")),
+        "rms_norm_eps", "rope_parameters", "head_dim")),
 }
 
 # This module's architectures whose SGLang model builds its own lm_head whatever tie_word_embeddings says (the

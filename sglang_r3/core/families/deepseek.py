@@ -10,7 +10,7 @@ from sglang_r3.core.families._base import (
     _mlp_layer_types_agree
 )
 from sglang_r3.core.families.keys import (
-    Keys, _SILU, _NEVER_READ, _NO_ATTENTION_BIAS_MLA, _SHAPES, _MLA, _GROUPED, _pending, mla_latent_eps
+    Keys, _SILU, _NEVER_READ, _NO_ATTENTION_BIAS_MLA, _SHAPES, _MLA, _GROUPED, mla_latent_eps
 )
 
 
@@ -138,8 +138,22 @@ def _deepseek(v, arch) -> Stack:
     DeepseekV2ForCausalLM): MoE iff layer >= first_k_dense_replace (and layer % moe_layer_freq == 0, which
     transformers ignores: moe_layer_freq != 1 is refused). NextN MTP layers are MoE."""
     _moe_layer_freq_one(v, arch)
+    _own_indexer_per_layer(v, arch)
     stack = _first_k_dense(v, arch, freq=1)
     return _mlp_layer_types_agree(v, arch, stack, "first_k_dense_replace")
+
+
+def _own_indexer_per_layer(v, arch) -> None:
+    """GLM-5's DSA: transformers' GlmMoeDsa lets a layer reuse the previous layer's top-k ("shared" in
+    indexer_types, from index_topk_pattern or index_topk_freq); what is served here is one indexer per layer (all
+    "full", the class default), the others are refused."""
+    shared = [i for i, t in enumerate(v.get("indexer_types") or []) if t != "full"]
+    pattern = v.get("index_topk_pattern")
+    if shared or (pattern is not None and set(pattern) - {"F", "full"}) or int(v.get("index_topk_freq") or 1) != 1:
+        raise RuleError(
+            f"{arch}: indexer_types={v.get('indexer_types')!r} (index_topk_pattern={pattern!r}, index_topk_freq="
+            f"{v.get('index_topk_freq')!r}) reuses another layer's top-k in some layers: not served exactly here "
+            f"(one indexer per layer is); refusing")
 
 
 # deepseek_v2.py's DeepseekV2DecoderLayer._is_layer_sparse reads config.moe_layer_freq (0.5.15.post1 and 0.5.23);
@@ -155,6 +169,16 @@ _DEEPSEEK_V3_LAYER_KEYS = {**_DEEPSEEK_V2_LAYER_KEYS,
 _MLA_HEAD_DIM = "the config class sets it to qk_rope_head_dim whatever the file says (the derived view does too)"
 
 _NO_MLP_BIAS = {"mlp_bias": ((False,), "SGLang's MLPs have no biases")}
+
+# SGLang's DSA KV pool holds the indexer's keys 128 wide and asserts so (memory_pool.py, "num head == 1 and head dim
+# == 128 for index_k in DSA"): a flipped index_head_dim of 32 stopped the scheduler there.
+_INDEX_HEAD_DIM = {"index_head_dim": ((128,), "SGLang's DSA KV pool asserts an indexer head of 128")}
+
+# The DSA indexer selects index_topk keys per query with SGLang's GPU kernels; the CPU runtime attends to every key,
+# so start-up refuses a context longer than index_topk there (a flipped index_topk of 8 was refused so): no served
+# forward here has selected.
+_INDEX_TOPK_PENDING = ("the indexer's selection runs on a GPU only (the CPU runtime refuses a context longer than "
+                       "index_topk), so no served forward here selects")
 
 FAMILIES: Tuple[Family, ...] = (
     Family("DeepSeek-V3", {"DeepseekV3ForCausalLM": "deepseek_v3"}, {"deepseek_v3": _DEEPSEEK_V3}, _deepseek,
@@ -175,22 +199,26 @@ KEYS: Dict[str, Keys] = {
     "DeepSeek-V3": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **mla_latent_eps(1e-06)},
                         proven=_SHAPES + _MLA + _GROUPED + ("rope_interleave", "tie_word_embeddings", "rope_parameters"),
         irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ}),
-    "Kimi-K2.5 (text)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **mla_latent_eps(1e-06)},
-                             proven=_SHAPES + _MLA + _GROUPED + ("rope_interleave",),
-        irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ},
-        pending=_pending("rope_parameters", "tie_word_embeddings")),
+    "Kimi-K2.5 (text)": Keys(proven=_SHAPES + _MLA + _GROUPED + ("rope_interleave", "rope_parameters"),
+        neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **mla_latent_eps(1e-06),
+                 "tie_word_embeddings": ((False,), "the text config's: transformers' Kimi-K2.5 ties its head by the "
+                                                   "outer config's key; only the published value (untied) is proven")},
+        irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ}),
     "DeepSeek-V2": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS, **mla_latent_eps(1e-06)},
                         proven=_SHAPES + _MLA + ("n_group", "topk_group", "routed_scaling_factor", "n_shared_experts",
                                                  "topk_method", "tie_word_embeddings", "rope_parameters"),
                         irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ,
                                     "norm_topk_prob": _NEVER_READ}),
-    "GLM-5 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS, **mla_latent_eps(1e-05)},
-                        proven=_SHAPES + _MLA + _GROUPED + ("index_n_heads", "tie_word_embeddings"),
-        pending=_pending("index_head_dim", "index_topk", "indexer_types", "layer_types", "rope_parameters"),
-        irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ}),
-    "DeepSeek-V3.2 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS, **mla_latent_eps(1e-06)},
-                                proven=_SHAPES + _MLA + _GROUPED + ("index_n_heads",),
-                                irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ},
-                                pending=_pending("index_head_dim", "index_topk", "layer_types", "rope_parameters",
-                                                 "tie_word_embeddings")),
+    "GLM-5 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS, **mla_latent_eps(1e-05),
+                                 **_INDEX_HEAD_DIM},
+                        proven=_SHAPES + _MLA + _GROUPED + ("index_n_heads", "tie_word_embeddings", "rope_parameters"),
+        irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ, "layer_types": _NEVER_READ},
+        pending={"index_topk": _INDEX_TOPK_PENDING}),
+    "DeepSeek-V3.2 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS, **mla_latent_eps(1e-06),
+                                         **_INDEX_HEAD_DIM},
+                                proven=_SHAPES + _MLA + _GROUPED + ("index_n_heads", "rope_parameters",
+                                                                    "tie_word_embeddings"),
+                                irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ,
+                                            "layer_types": _NEVER_READ},
+                                pending={"index_topk": _INDEX_TOPK_PENDING}),
 }

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, Tuple
 
 from sglang_r3.core.families._base import RuleError, Facts, MTP_NEXTN, Stack, Family, _int, _mtp_count, _stack
-from sglang_r3.core.families.keys import Keys, _SILU, _SHAPES, _pending
+from sglang_r3.core.families.keys import Keys, _SILU, _SHAPES
 
 
 def _ernie4_5_moe_end_index(d: Dict[str, Any]) -> None:
@@ -60,7 +60,9 @@ FAMILIES: Tuple[Family, ...] = (
 )
 
 KEYS: Dict[str, Keys] = {
-    "ERNIE-4.5-MoE": Keys(neutral=_SILU, proven=_SHAPES + (
-        "moe_num_shared_experts", "tie_word_embeddings", "rms_norm_eps", "rope_parameters"),
-        pending=_pending("head_dim", "moe_norm_min")),
+    "ERNIE-4.5-MoE": Keys(
+        neutral={**_SILU, "moe_norm_min": ((1e-12,), "transformers' Ernie4_5_Moe clamps the top-k weights' sum at "
+                                                      "it before renormalising, SGLang's TopK does not read it")},
+        proven=_SHAPES + ("moe_num_shared_experts", "tie_word_embeddings", "rms_norm_eps", "rope_parameters",
+                          "head_dim")),
 }

@@ -107,9 +107,15 @@ FAMILIES: Tuple[Family, ...] = (
 KEYS: Dict[str, Keys] = {
     "Gemma-4 (text)": Keys(proven=_SHAPES + (
         "attention_k_eq_v", "final_logit_softcapping", "head_dim", "hidden_size_per_layer_input", "layer_types",
-        "num_kv_shared_layers", "sliding_window", "use_bidirectional_attention", "rms_norm_eps"),
-        pending={**_pending("attention_bias", "hidden_activation", "per_layer_config", "rope_parameters",
-                            "tie_word_embeddings", "use_double_wide_mlp", "vocab_size_per_layer_input"),
+        "num_kv_shared_layers", "sliding_window", "use_bidirectional_attention", "rms_norm_eps", "attention_bias",
+        "rope_parameters", "use_double_wide_mlp", "vocab_size_per_layer_input"),
+        neutral={"tie_word_embeddings": ((True,), "the text config's: transformers' Gemma-4 ties its head by the outer "
+                                                  "config's key; only the published value (tied) is proven"),
+                 "hidden_activation": (("gelu_pytorch_tanh",), "SGLang's Gemma-4 MLPs and experts are tanh-GELU "
+                                                               "whatever it says")},
+        pending={"per_layer_config": "SGLang's get_config flattens it into each layer type's head_dim and KV heads "
+                                     "and refuses any other per-layer key (so does start-up here); a per-layer "
+                                     "shape apart from the class's derivation is not served yet",
                  **_pending("global_head_dim", "num_global_key_value_heads",
                             why="(transformers 5.12.1) equal to the sliding layers' in the served checkpoint; the "
                                 "published split is refused on the CPU runtime (its one KV pool holds one shape)")}),

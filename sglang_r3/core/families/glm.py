@@ -9,7 +9,7 @@ from sglang_r3.core.families._base import (
     RuleError, Facts, MTP_NEXTN, Stack, Family, _first_k_dense, _mlp_layer_types_agree
 )
 from sglang_r3.core.families.keys import (
-    Keys, _SILU, _NEVER_READ, _NO_ATTENTION_BIAS_MLA, _SHAPES, _MLA, _GROUPED, _pending, mla_latent_eps
+    Keys, _SILU, _NEVER_READ, _NO_ATTENTION_BIAS_MLA, _SHAPES, _MLA, _GROUPED, mla_latent_eps
 )
 
 
@@ -106,7 +106,7 @@ KEYS: Dict[str, Keys] = {
     "GLM-4.5 / 4.7": Keys(neutral=_SILU, proven=_SHAPES + _GROUPED + (
         "attention_bias", "head_dim", "use_qk_norm", "rms_norm_eps", "rope_parameters")),
     "GLM-4.5V / 4.6V (text)": Keys(neutral=_SILU, proven=_SHAPES + _GROUPED + (
-        "attention_bias", "head_dim", "rms_norm_eps", "rope_parameters"), pending=_pending("tie_word_embeddings")),
+        "attention_bias", "head_dim", "rms_norm_eps", "rope_parameters", "tie_word_embeddings")),
     "GLM-4.7-Flash": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **mla_latent_eps(1e-05)},
                           proven=_SHAPES + _MLA + _GROUPED + ("rope_interleave", "rope_parameters"),
                           irrelevant={"pretraining_tp": _NEVER_READ}),

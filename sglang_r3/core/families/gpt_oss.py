@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, FrozenSet, Tuple
 
 from sglang_r3.core.families._base import Facts, Family, _kv_heads_default_to_heads, _every_layer_moe
-from sglang_r3.core.families.keys import Keys, _SILU, _SHAPES, _pending
+from sglang_r3.core.families.keys import Keys, _SILU, _SHAPES
 
 
 def _gpt_oss_fields(d: Dict[str, Any]) -> None:
@@ -45,8 +45,7 @@ KEYS: Dict[str, Keys] = {
     "gpt-oss": Keys(neutral={**_SILU, "swiglu_alpha": ((1.702,), "SGLang's gpt_oss.py takes the gate's alpha from "
                                                                  "hidden_act_alpha (1.702), never swiglu_alpha")},
                     proven=_SHAPES + ("attention_bias", "head_dim", "layer_types", "rope_parameters", "sliding_window",
-                                      "rms_norm_eps"),
-                    pending=_pending("swiglu_limit")),
+                                      "rms_norm_eps", "swiglu_limit")),
 }
 
 # This module's architectures whose SGLang model builds its own lm_head whatever tie_word_embeddings says (the

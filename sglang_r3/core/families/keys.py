@@ -69,6 +69,8 @@ def mla_latent_eps(published: float) -> dict:
 
 _NEVER_READ = "declared by the config class, read by none of its modeling code"
 
+_INIT_ONLY = "read by _init_weights only (the init of a parameter a served checkpoint loads)"
+
 _NO_ATTENTION_BIAS_MLA = {"attention_bias": ((False,), "SGLang's deepseek_v2.py builds its MLA projections without "
                                                        "biases")}
 

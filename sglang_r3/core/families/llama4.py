@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, Tuple
 
 from sglang_r3.core.families._base import RuleError, Facts, Stack, Family, _kv_heads_default_to_heads, _int, _stack
-from sglang_r3.core.families.keys import Keys, _SILU, _SHAPES, _pending
+from sglang_r3.core.families.keys import Keys, _SILU, _SHAPES
 
 
 def _llama4_text_fields(d: Dict[str, Any]) -> None:
@@ -63,6 +63,19 @@ def _llama4(v, arch) -> Stack:
             f"interleave_moe_layer_step={step} (what SGLang 0.5.23 builds them from: MoE layers {list(stack.moe)}); "
             f"refusing a layout one of them would not serve"
         )
+    # SGLang's llama4.py: RoPE (and chunked attention) on every layer but each fourth, whatever the config says;
+    # transformers' no_rope_layers (from no_rope_layer_interval) and layer_types decide it there.
+    rope = [int((i + 1) % 4 != 0) for i in range(L)]
+    if v.get("no_rope_layers") is not None and [int(x) for x in v.get("no_rope_layers")] != rope:
+        raise RuleError(
+            f"{arch}: no_rope_layers={list(v.get('no_rope_layers'))} (no_rope_layer_interval="
+            f"{v.get('no_rope_layer_interval')!r}): SGLang 0.5.23 (llama4.py) builds RoPE on every layer but each "
+            f"fourth whatever it says, transformers' Llama4 from it; refusing")
+    types = ["chunked_attention" if r else "full_attention" for r in rope]
+    if v.get("layer_types") is not None and list(v.get("layer_types")) != types:
+        raise RuleError(
+            f"{arch}: layer_types={list(v.get('layer_types'))}: SGLang 0.5.23 (llama4.py) chunks the attention of "
+            f"its RoPE layers ({types}) whatever it says, transformers' Llama4 follows it; refusing")
     return stack
 
 
@@ -81,8 +94,13 @@ FAMILIES: Tuple[Family, ...] = (
 )
 
 KEYS: Dict[str, Keys] = {
-    "Llama 4": Keys(neutral=_SILU, proven=_SHAPES + (
-        "attention_chunk_size", "head_dim", "intermediate_size_mlp", "use_qk_norm", "rms_norm_eps", "rope_parameters"),
-        pending=_pending("attention_bias", "attn_scale", "attn_temperature_tuning", "floor_scale", "image_token_id",
-                         "layer_types", "no_rope_layer_interval", "no_rope_layers", "tie_word_embeddings")),
+    "Llama 4": Keys(proven=_SHAPES + (
+        "attention_chunk_size", "head_dim", "intermediate_size_mlp", "use_qk_norm", "rms_norm_eps", "rope_parameters",
+        "attn_scale", "attn_temperature_tuning", "floor_scale"),
+        neutral={**_SILU, "attention_bias": ((False,), "SGLang's llama4.py builds its attention without biases"),
+                 "tie_word_embeddings": ((False,), "a tied Llama 4 head is not proven by a served forward (published "
+                                                   "untied)")},
+        irrelevant={"image_token_id": "the outer model's image placeholder id (Llama4ForConditionalGeneration's "
+                                      "get_placeholder_mask): text prompts never hold it; Llama 4's image prompts are "
+                                      "not among those served against transformers"}),
 }

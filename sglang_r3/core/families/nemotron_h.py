@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Tuple
 from sglang_r3.core.families._base import (
     ConfigError, RuleError, Facts, MTP_NEXTN, Stack, Family, _kv_heads_default_to_heads, _int, _stack
 )
-from sglang_r3.core.families.keys import Keys, _SHAPES, _pending
+from sglang_r3.core.families.keys import Keys, _INIT_ONLY, _SHAPES
 
 
 # Nemotron-H (SGLang's own class, configs/nemotron_h.py; transformers' NemotronHConfig spells some keys otherwise).
@@ -171,9 +171,22 @@ KEYS: Dict[str, Keys] = {
     "Nemotron-H (Nemotron-3)": Keys(proven=_SHAPES + (
         "head_dim", "mamba_head_dim", "mamba_num_heads", "moe_latent_size", "moe_shared_expert_intermediate_size",
         "n_group", "norm_topk_prob", "num_hidden_layers", "routed_scaling_factor", "ssm_state_size", "topk_group",
-        "use_conv_bias", "layer_norm_epsilon"),
-        pending=_pending("attention_bias", "chunk_size", "conv_kernel", "expand", "mamba_proj_bias",
-                         "mamba_ssm_cache_dtype", "moe_shared_expert_overlap", "n_groups", "rescale_prenorm_residual",
-                         "residual_in_fp32", "tie_word_embeddings", "time_step_floor", "time_step_limit",
-                         "time_step_max", "time_step_min", "use_bias", "use_mamba_kernels")),
+        "use_conv_bias", "layer_norm_epsilon", "conv_kernel", "n_groups", "use_bias"),
+        # transformers clamps the Mamba step at (time_step_min, inf), SGLang's MambaMixer2 at (0, inf) (mamba.py):
+        # the same wherever softplus(dt + dt_bias) >= time_step_min, which the published value's served forwards show
+        neutral={"time_step_min": ((0.001,), "SGLang's Mamba mixer clamps the step at 0, transformers' NemotronH at "
+                                             "time_step_min"),
+                 "tie_word_embeddings": ((False,), "transformers' NemotronH never ties its head (_tied_weights_keys "
+                                                   "empty: a tied save still holds lm_head.weight), SGLang's "
+                                                   "nemotron_h.py ties it to the embedding")},
+        irrelevant={"chunk_size": "the Mamba scan's chunk length: the same sums grouped otherwise (transformers' "
+                                  "logits move by under 1e-6 with it)",
+                    "time_step_floor": _INIT_ONLY, "time_step_max": _INIT_ONLY, "rescale_prenorm_residual": _INIT_ONLY,
+                    "use_mamba_kernels": "deprecated in transformers' NemotronH: no effect (it warns); SGLang never "
+                                         "reads it",
+                    **{k: "declared by the config classes, read by neither transformers' modeling_nemotron_h.py nor "
+                          "SGLang's nemotron_h.py / MambaMixer2 (transformers' clamp is (time_step_min, inf); "
+                          "attention and the Mamba projections' biases follow nothing but use_bias there)"
+                       for k in ("attention_bias", "expand", "mamba_proj_bias", "mamba_ssm_cache_dtype",
+                                 "moe_shared_expert_overlap", "residual_in_fp32", "time_step_limit")}}),
 }

@@ -9,7 +9,7 @@ from sglang_r3.core.families._base import (
     ConfigError, RuleError, Facts, MTP_NEXTN, Stack, Family, _kv_heads_default_to_heads, _int, _mtp_count, _stack,
     _head_dim_derived
 )
-from sglang_r3.core.families.keys import Keys, _SILU, _SHAPES, _SHAPES_BUT_KV, _pending
+from sglang_r3.core.families.keys import Keys, _SILU, _SHAPES, _SHAPES_BUT_KV
 
 
 def _mlp_only_layers_list(d: Dict[str, Any]) -> None:
@@ -246,15 +246,12 @@ KEYS: Dict[str, Keys] = {
                                                        "rms_norm_eps", "rope_parameters")),
     "Qwen3-Next": Keys(neutral=_SILU, proven=_SHAPES_BUT_KV + (
         "head_dim", "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim",
-        "norm_topk_prob", "shared_expert_intermediate_size", "rms_norm_eps"),
-        pending={**_pending("linear_conv_kernel_dim", "num_key_value_heads"),
-                 "rope_parameters": "served at SGLang's default theta only: SGLang's Qwen3NextConfig reads the top-level "
-                                    "rope_theta (default 10000), not rope_parameters'; a config.json that gives it "
-                                    "only there (a transformers-5 save) is refused at start-up"}),
+        "norm_topk_prob", "shared_expert_intermediate_size", "rms_norm_eps", "linear_conv_kernel_dim",
+        "num_key_value_heads", "rope_parameters")),
     "Qwen3.5-MoE": Keys(neutral=_SILU, proven=_SHAPES_BUT_KV + (
         "head_dim", "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads",
         "linear_value_head_dim", "shared_expert_intermediate_size", "tie_word_embeddings", "rope_parameters",
-        "rms_norm_eps"), pending=_pending("linear_conv_kernel_dim", "num_key_value_heads")),
+        "rms_norm_eps", "linear_conv_kernel_dim", "num_key_value_heads")),
     "Qwen3-VL-MoE (text)": Keys(neutral=_SILU, proven=_SHAPES + (
         "head_dim", "attention_bias", "rope_parameters", "tie_word_embeddings", "rms_norm_eps")),
     "Qwen3-Omni-MoE (thinker text)": Keys(neutral=_SILU, proven=_SHAPES + (
@@ -266,8 +263,11 @@ KEYS: Dict[str, Keys] = {
                         "accept_hidden_layer", "code_predictor_config", "codebook_size", "codec_bos_id",
                         "codec_eos_token_id", "codec_nothink_id", "codec_pad_id", "codec_think_bos_id",
                         "codec_think_eos_id", "decoder_dim", "do_sample", "layer_scale_initial_scale", "num_quantizers",
-                        "speaker_id", "thinker_hidden_size", "upsample_rates", "upsampling_ratios")}},
-        pending=_pending("shared_expert_intermediate_size", "vision_start_token_id")),
+                        "speaker_id", "thinker_hidden_size", "upsample_rates", "upsampling_ratios",
+                        "shared_expert_intermediate_size")},
+                    "vision_start_token_id": "the M-RoPE index of a prompt with media (get_rope_index), not the text "
+                                             "model: SGLang's Qwen3-Omni config keeps the file's value as transformers "
+                                             "does; the image prompts' rows are served with the checkpoint's own ids"}),
     "Intern-S1": Keys(neutral=_SILU, proven=_SHAPES + ("head_dim", "norm_topk_prob", "attention_bias", "rms_norm_eps",
                                                        "rope_parameters")),
 }
