@@ -162,14 +162,15 @@ _GEMMA4 = CheckpointSpec(
 # Gemma norms, q/k norms, a sigmoid gate per attention head). Saved by Step3p7ForConditionalGeneration (a one-block
 # vision tower beside it), rewritten as the release ships it (text-only, the published spellings:
 # _step3p5_as_published) and read back by the oracle through transformers' own reading of those spellings
-# (AS_TRANSFORMERS). Dense layer 0, MoE layers 1-3; sliding-attention layers (1, 3) with their own head count (8,
-# full: 4); a window longer than every test sequence (see the family's KEYS: sliding_window). No MTP layers: SGLang
+# (AS_TRANSFORMERS). Dense layer 0, MoE layers 1-3; sliding-attention layers (1, 3) with as many heads as the full
+# ones (another count stops SGLang 0.5.23 in its own config parsing: see the family's KEYS,
+# num_sliding_attention_heads); a window longer than every test sequence (KEYS: sliding_window). No MTP layers: SGLang
 # builds Step-3.5's as layer 45 whatever the depth (tests/test_multi_layer_mtp.py serves them).
 _STEP3P5 = CheckpointSpec(
     "step3p5", "Step3p7Config", "Step3p7ForConditionalGeneration",
     dict(_TINY, head_dim=16, intermediate_size=128, moe_intermediate_size=32, share_expert_dim=32, num_hidden_layers=4,
          n_routed_experts=8, num_experts_per_tok=2, mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
-         layer_types=["full_attention", "sliding_attention"] * 2, sliding_window=64, num_sliding_attention_heads=8),
+         layer_types=["full_attention", "sliding_attention"] * 2, sliding_window=64),
     wrap=lambda text: dict(text_config=text, vision_config=STEP3P7_VISION, tie_word_embeddings=False),
     layers_of=lambda m: list(m.model.language_model.layers),
     experts_topk=lambda c: (c.text_config.n_routed_experts, c.text_config.num_experts_per_tok),
@@ -762,11 +763,10 @@ FLIPPED: Dict[str, Dict[str, Any]] = {
                        rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}),
     # Step-3.5: a RoPE base per layer type and partial RoPE on the sliding-attention layers (published as per-layer
     # rope_theta / partial_rotary_factors), clamped SwiGLU in the dense MLP and the shared experts (layers 0, 1, 3),
-    # the routed output scaled, another dense layer (2, not 0), sliding-attention heads as many as full ones. (Not
-    # the routed experts' swiglu_limits: the CPU runtime's moe_forward_native drops their clamp; see the family's KEYS.)
+    # the routed output scaled, another dense layer (2, not 0). (Not the routed experts' swiglu_limits: the CPU
+    # runtime's moe_forward_native drops their clamp; see the family's KEYS.)
     "step3p5": dict(rms_norm_eps=0.1, moe_router_scaling_factor=2.0,
                     swiglu_limits_shared=[0.05, 0.05, 0, 0.05], mlp_layer_types=["sparse", "sparse", "dense", "sparse"],
-                    num_sliding_attention_heads=4,
                     rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
                                      "sliding_attention": {"rope_type": "default", "rope_theta": 50000.0,
                                                            "partial_rotary_factor": 0.5}}),

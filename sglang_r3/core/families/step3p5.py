@@ -236,6 +236,13 @@ _STEP3P5_ROUTED_CLAMP = ("not proven: a nonzero entry is applied by SGLang's GPU
                          "CPU-served forward can hold it to transformers' Step3p7Experts; the served checkpoints "
                          "keep it 0 (no clamp)")
 
+# num_sliding_attention_heads is ruled (refused where it disagrees with attention_other_setting), not proven: a
+# sliding-attention head count other than num_attention_heads stops SGLang 0.5.23's own config parsing with
+# transformers 5.19 (hf_transformers/config.py HfModelConfigParser.parse reads the file with AutoConfig first, which
+# maps step3p5 to Step3p7TextConfig; that class makes num_attention_heads per-layer, and parse's hasattr raises
+# AmbiguousGlobalPerLayerAttributeError while SGLang resolves its arguments: seen serving a tiny checkpoint with 8
+# sliding / 4 full heads). The served checkpoints keep the two equal.
+
 FAMILIES: Tuple[Family, ...] = (
     Family("Step-3.5", {"Step3p5ForCausalLM": "step3p5"}, {"step3p5": _STEP3P5}, _step3p5,
            mtp=MTP_MULTI_LAYER, multi_layer_capture=True, required_keys=_STEP3P5_REQUIRED),
@@ -252,7 +259,7 @@ KEYS: Dict[str, Keys] = {
                  "gating": ((True, "per-head"), "SGLang's step3p5.py gates each head with a scalar "
                                                  "(use_head_wise_attn_gate), transformers per element otherwise")},
         proven=_SHAPES + ("head_dim", "n_routed_experts", "num_experts_per_tok", "share_expert_dim", "layer_types",
-                          "mlp_layer_types", "num_sliding_attention_heads", "rms_norm_eps", "rope_parameters",
+                          "mlp_layer_types", "rms_norm_eps", "rope_parameters",
                           "moe_router_scaling_factor", "swiglu_limits_shared"),
         irrelevant={"hidden_act": "transformers' Step3p7TextConfig sets it to silu whatever the file says "
                                   "(__post_init__); SGLang's step3p5.py builds SiLU"},
