@@ -126,8 +126,8 @@ OTHER_FORWARDS: Dict[str, Tuple[str, str]] = {
                            "spec-off rows, MTP section tagged"),
     "Step3p5ForCausalLM": ("tests/test_multi_layer_mtp.py",
                            "SGLang's own MultiLayerEagleWorkerV2 with 3 MTP layers: main rows and upstream's "
-                           "routed_experts = spec-off rows, MTP section tagged by depth (no transformers class to "
-                           "compare with)"),
+                           "routed_experts = spec-off rows, MTP section tagged by depth (its MTP layers: transformers' "
+                           "Step3p7 class builds none to compare with)"),
 }
 
 # tests/family_specs/specs.py checkpoints built but not served on the CPU runtime: test name -> the SGLang call that
@@ -154,6 +154,9 @@ NOT_SERVED_WHY: Dict[str, str] = {
     "qwen3_moe_sliding_window": "`use_sliding_window: true` with a `sliding_window` shorter than the context "
                                 "refused at start-up (Qwen2-MoE too): SGLang's qwen3_moe.py reads neither key and "
                                 "attends to every key, transformers windows every layer",
+    "step3p5_query_pre_attn_scalar": "`query_pre_attn_scalar` ≠ `head_dim` refused at start-up: SGLang's step3p5.py "
+                                     "scales attention scores by `head_dim ** -0.5`, transformers' Step3p7 by "
+                                     "`query_pre_attn_scalar ** -0.5`",
     "mixtral_head_dim": "`head_dim` ≠ `hidden_size // num_attention_heads` refused at start-up: SGLang's mixtral.py "
                         "sizes its heads from the latter (its forward stopped on a shape mismatch)",
     "ernie4_5_moe_use_bias": "`use_bias: true` refused at start-up: transformers' class then saves an "

@@ -303,8 +303,8 @@ SPECS: Dict[str, tuple] = {
 # Where SGLang builds its own config class and transformers' differently-spelled one is not read as the same model
 # by the config view (which follows SGLang's): the row says so instead of comparing fingerprints.
 TRANSFORMERS_CONFIG_NOT_UNIFIED: Dict[str, str] = {
-    "Step3p5ForCausalLM": "transformers' Step3p5Config spells per-layer RoPE and attention groups otherwise than "
-                          "SGLang's configs/step3p5.py, which sglang-r3 reads",
+    "Step3p5ForCausalLM": "transformers' Step3p7TextConfig (model_type step3p5) spells per-layer RoPE and attention "
+                          "groups otherwise than SGLang's configs/step3p5.py, which sglang-r3 reads",
 }
 
 MOE_MARKERS = ("TopK(", "FusedMoE", "get_moe_impl_class")

@@ -811,3 +811,42 @@ def test_a_dsa_model_on_the_cpu_runtime_is_refused_a_context_longer_than_index_t
     assert "  --context-length 512: " in proc.stderr, proc.stderr[-3000:]
     assert "index_topk=64" in proc.stderr and "--context-length 64 or less" in proc.stderr, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_transformers_saved_step3p5_is_refused_naming_the_keys_sglang_reads_in_the_releases_spelling(sglang_args,
+                                                                                                       tmp_path):
+    # transformers 5.19 reads model_type step3p5 with Step3p7TextConfig and saves its own spelling (n_routed_experts,
+    # mlp_layer_types, rope_parameters, swiglu_limits: null, ...); SGLang's own Step3p5Config reads the release's.
+    import json
+
+    import transformers
+
+    cls = getattr(transformers, "Step3p7TextConfig", None)
+    if cls is None:
+        pytest.skip(f"transformers {transformers.__version__} has no Step3p7TextConfig")
+    from sglang.srt.configs.step3p5 import Step3p5Config
+    from sglang.srt.models.step3p5 import Step3p5DecoderLayer
+
+    config = cls(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                 n_routed_experts=8, num_experts_per_tok=2, vocab_size=288,
+                 mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+    config.architectures = ["Step3p5ForCausalLM"]
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["model_type"] == "step3p5" and "moe_layers_enum" not in saved and saved["swiglu_limits"] is None
+    # The oracle is SGLang's own layer builder over that config: it stops there (its default enum is a tuple).
+    with pytest.raises(AttributeError, match="split"):
+        Step3p5DecoderLayer._is_moe_layer(Step3p5Config(**saved), 1)
+    err = _refusal(sglang_args, ["--model-path", str(tmp_path)])
+    for key, value in (("moe_layers_enum", '"3,4,...,44"'), ("moe_num_experts", "288"), ("rope_theta", "[10000.0]"),
+                       ("use_head_wise_attn_gate", "true"), ("need_fp32_gate", "true")):
+        assert f'add "{key}": {value}' in str(err), str(err)
+    # With the release's keys (what the tests' checkpoint carries), a null clamp is still refused by the layout rule.
+    from sglang_r3.core.layout import LayoutError, layout_from_hf_config
+    from tests.family_specs.build import build
+    from tests.family_specs.specs import SPECS
+
+    published = json.loads((build(SPECS["step3p5"]) / "config.json").read_text())
+    layout_from_hf_config(published)
+    with pytest.raises(LayoutError, match="swiglu_limits=None"):
+        layout_from_hf_config({**published, "swiglu_limits": None})

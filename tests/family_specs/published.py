@@ -307,6 +307,81 @@ def _bailing_as_glm4_moe(path: Path) -> Path:
     return out
 
 
+# Step-3.5 (stepfun-ai/Step-3.5-Flash): transformers 5.19 reads model_type step3p5 with Step3p7TextConfig (the text
+# model of Step3p7ForConditionalGeneration; there is no Step3p5ForCausalLM) and saves its keys in its own spelling,
+# which SGLang's own Step3p5Config does not read: the release's config.json spells them as below (transformers'
+# __post_init__ still takes these legacy spellings: moe_layers_enum, attention_other_setting, per-layer rope_theta and
+# partial_rotary_factors), and adds the keys only SGLang's step3p5.py reads, at the published values.
+_STEP3P5_KEYS = {"n_routed_experts": "moe_num_experts", "num_experts_per_tok": "moe_top_k",
+                 "num_key_value_heads": "num_attention_groups", "share_expert_dim": "share_expert_dims"}
+# transformers' own spellings that the published keys replace (derived again from those when transformers reads them).
+_STEP3P5_DERIVED = ("mlp_layer_types", "rope_parameters", "num_sliding_attention_heads", "per_layer_config",
+                    "mtp_layer_types", "mtp_mlp_layer_types")
+# Keys the release publishes that only SGLang's step3p5.py reads (transformers' class always gates each head, adds the
+# router's bias, and computes the router in the weights' dtype).
+STEP3P5_SGLANG_ONLY = {"use_head_wise_attn_gate": True, "use_moe_router_bias": True, "need_fp32_gate": True,
+                       "norm_expert_weight": True}
+# The vision tower the oracle's Step3p7ForConditionalGeneration carries beside the text model (never fed: text prompts).
+STEP3P7_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=56,
+                      patch_size=14)
+
+
+def step3p5_published_config(text: Dict[str, Any]) -> Dict[str, Any]:
+    """config.json as Step-3.5 ships it, from the text config transformers' Step3p7TextConfig saved (``text``)."""
+    n = text["num_hidden_layers"]
+    types = text["layer_types"]
+    rope = [text["rope_parameters"][types[i]] for i in range(n)]
+    assert all(r.get("rope_type", "default") == "default" for r in rope), "only the default RoPE is spelled here"
+    cfg = {k: v for k, v in text.items() if k not in _STEP3P5_KEYS and k not in _STEP3P5_DERIVED}
+    cfg.update({published: text[k] for k, published in _STEP3P5_KEYS.items()})
+    cfg.update(
+        architectures=["Step3p5ForCausalLM"], model_type="step3p5", torch_dtype="float32", rope_scaling=None,
+        rope_theta=[r["rope_theta"] for r in rope],
+        partial_rotary_factors=[r.get("partial_rotary_factor", 1.0) for r in rope],
+        moe_layers_enum=",".join(str(i) for i, t in enumerate(text["mlp_layer_types"]) if t == "sparse"),
+        attention_other_setting={"num_attention_heads": text["num_sliding_attention_heads"],
+                                 "num_attention_groups": text["num_key_value_heads"]},
+        swiglu_limits=[x or 0 for x in (text.get("swiglu_limits") or [0] * n)],
+        swiglu_limits_shared=[x or 0 for x in (text.get("swiglu_limits_shared") or [0] * n)],
+        max_seq_len=text["max_position_embeddings"], **STEP3P5_SGLANG_ONLY)
+    return cfg
+
+
+def _step3p5_as_published(folder: Path) -> None:
+    """Step3p7ForConditionalGeneration's save (its text model's tensors already in the Hub's names: model.layers.*.moe.*,
+    share_expert, lm_head) as a text-only Step-3.5 checkpoint: the vision tower's tensors dropped, config.json as
+    published (step3p5_published_config)."""
+    from safetensors.torch import load_file, save_file
+
+    (shard,) = folder.glob("*.safetensors")
+    tensors = {k: t for k, t in load_file(str(shard)).items() if k.startswith(("model.", "lm_head."))}
+    save_file(tensors, str(shard), metadata={"format": "pt"})
+    path = folder / "config.json"
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps(step3p5_published_config(saved["text_config"]), indent=2, sort_keys=True))
+
+
+def _step3p5_as_step3p7(path: Path) -> Path:
+    """The oracle's copy of a Step-3.5 checkpoint: its config.json as the text_config of a Step3p7Config (transformers
+    reads the published keys itself) beside a vision tower it never feeds, its tensors linked (transformers'
+    conversion mapping for step3p7 reads the Hub's names), written once."""
+    out = path.with_name(path.name + ".as-step3p7")
+    if (out / "config.json").is_file():
+        return out
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    text = json.loads((path / "config.json").read_text())
+    cfg = {"architectures": ["Step3p7ForConditionalGeneration"], "model_type": "step3p7", "text_config": text,
+           "vision_config": STEP3P7_VISION, "tie_word_embeddings": text.get("tie_word_embeddings", False)}
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    for shard in path.glob("*.safetensors"):
+        (tmp / shard.name).symlink_to(shard.resolve())
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
 # Block names transformers 5.19 saves (layers_block_type) -> hybrid_override_pattern's characters.
 _NEMOTRON_H_BLOCKS = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
 
@@ -364,6 +439,7 @@ TRANSFORMERS_CLASS = {"KimiK25ForConditionalGeneration": "Kimi_K25ForConditional
 # architecture -> (that class, checkpoint folder -> a copy under its names, which the oracle loads).
 AS_TRANSFORMERS: Dict[str, tuple] = {
     "BailingMoeV2ForCausalLM": ("Glm4MoeForCausalLM", lambda p: _bailing_as_glm4_moe(p)),
+    "Step3p5ForCausalLM": ("Step3p7ForConditionalGeneration", lambda p: _step3p5_as_step3p7(p)),
 }
 
 

@@ -18,7 +18,7 @@ from tests.family_specs.published import (
     QWEN_VISION_IDS, _add_vision_tokens, _bailing_as_published, _gemma4_as_published, _gemma4_processor,
     _glm4v_processors, _interns1_as_published, _joyai_llm_flash_as_published, _kimi_k25_as_published,
     _kimi_k25_processor, _nemotron_h_as_published, _qwen3_omni_processor, _qwen_vl_processors,
-    _transpose_fused_experts)
+    _step3p5_as_published, _transpose_fused_experts, STEP3P7_VISION)
 
 VOCAB = 288  # >= the tokenizer's 260 ids
 _TINY = dict(vocab_size=VOCAB, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
@@ -153,6 +153,29 @@ _GEMMA4 = CheckpointSpec(
     # transformers' Gemma4Model embeds its image (and video, audio) placeholder ids as the pad token whether or not
     # media stands behind them, SGLang as themselves (seen: one sampled run, every layer at exactly that token).
     not_sampled=tuple(GEMMA4_VISION_IDS[k] for k in ("image_token_id", "audio_token_id", "video_token_id")),
+)
+
+
+# Step-3.5 (Step3p5ForCausalLM), the main model: transformers 5.19 has no class of that name; its Step3p7TextConfig
+# (model_type step3p5) and Step3p7ForConditionalGeneration's text model are Step-3.5's decoder (SGLang's step3p5.py
+# builds the same: sigmoid router over an expert bias, renormalised top-k, a shared expert beside the routed ones,
+# Gemma norms, q/k norms, a sigmoid gate per attention head). Saved by Step3p7ForConditionalGeneration (a one-block
+# vision tower beside it), rewritten as the release ships it (text-only, the published spellings:
+# _step3p5_as_published) and read back by the oracle through transformers' own reading of those spellings
+# (AS_TRANSFORMERS). Dense layer 0, MoE layers 1-3; sliding-attention layers (1, 3) with as many heads as the full
+# ones (another count stops SGLang 0.5.23 in its own config parsing: see the family's KEYS,
+# num_sliding_attention_heads); a window longer than every test sequence (KEYS: sliding_window). No MTP layers: SGLang
+# builds Step-3.5's as layer 45 whatever the depth (tests/test_multi_layer_mtp.py serves them).
+_STEP3P5 = CheckpointSpec(
+    "step3p5", "Step3p7Config", "Step3p7ForConditionalGeneration",
+    dict(_TINY, head_dim=16, intermediate_size=128, moe_intermediate_size=32, share_expert_dim=32, num_hidden_layers=4,
+         n_routed_experts=8, num_experts_per_tok=2, mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+         layer_types=["full_attention", "sliding_attention"] * 2, sliding_window=64),
+    wrap=lambda text: dict(text_config=text, vision_config=STEP3P7_VISION, tie_word_embeddings=False),
+    layers_of=lambda m: list(m.model.language_model.layers),
+    experts_topk=lambda c: (c.text_config.n_routed_experts, c.text_config.num_experts_per_tok),
+    published_as="Step3p5ForCausalLM",
+    hub_tensors=lambda folder: _step3p5_as_published(folder),
 )
 
 
@@ -595,6 +618,7 @@ SPECS: Dict[str, CheckpointSpec] = {
         not_sampled=(INTERNS1_VISION_IDS["image_token_id"],),
     ),
     "gemma4": _GEMMA4,
+    "step3p5": _STEP3P5,
     # Gemma-4 with the published split of attention shapes (full-attention layers: head_dim 32, one kv head; sliding:
     # 16, two): the CPU runtime's one KV pool cannot hold both, and start-up refuses it there.
     "gemma4_published_shapes": replace(
@@ -743,6 +767,15 @@ FLIPPED: Dict[str, Dict[str, Any]] = {
     # over the whole head, linear RoPE scaling
     "minimax_m2": dict(rms_norm_eps=0.1, head_dim=32, rotary_dim=32, partial_rotary_factor=1.0,
                        rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}),
+    # Step-3.5: a RoPE base per layer type and partial RoPE on the sliding-attention layers (published as per-layer
+    # rope_theta / partial_rotary_factors), clamped SwiGLU in the dense MLP and the shared experts (layers 0, 1, 3),
+    # the routed output scaled, another dense layer (2, not 0). (Not the routed experts' swiglu_limits: the CPU
+    # runtime's moe_forward_native drops their clamp; see the family's KEYS.)
+    "step3p5": dict(rms_norm_eps=0.1, moe_router_scaling_factor=2.0,
+                    swiglu_limits_shared=[0.05, 0.05, 0, 0.05], mlp_layer_types=["sparse", "sparse", "dense", "sparse"],
+                    rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+                                     "sliding_attention": {"rope_type": "default", "rope_theta": 50000.0,
+                                                           "partial_rotary_factor": 0.5}}),
     "gemma4": dict(rms_norm_eps=0.1, attention_k_eq_v=False, final_logit_softcapping=None, hidden_size_per_layer_input=16,
                    num_kv_shared_layers=2, attention_bias=True, use_double_wide_mlp=True,
                    vocab_size_per_layer_input=VOCAB,
@@ -768,6 +801,10 @@ REFUSED_FLIPS: Dict[str, tuple] = {
     "olmoe_attention_bias": ("olmoe", dict(attention_bias=True), "attention_bias=True: SGLang 0.5.23 (olmoe.py)"),
     "olmoe_clip_qkv": ("olmoe", dict(clip_qkv=0.5), "clip_qkv=0.5: SGLang 0.5.23 (olmoe.py)"),
     "olmoe_norm_topk_prob": ("olmoe", dict(norm_topk_prob=True), "norm_topk_prob=True: SGLang 0.5.23 (olmoe.py)"),
+    # Step-3.5: transformers' Step3p7Attention scales scores by query_pre_attn_scalar ** -0.5, step3p5.py by
+    # head_dim ** -0.5 whatever it says
+    "step3p5_query_pre_attn_scalar": ("step3p5", dict(query_pre_attn_scalar=64),
+                                      "query_pre_attn_scalar=64: transformers' Step3p7Attention scales"),
     # the factor given in rope_parameters only: transformers 5.19 saves the attribute beside it at its class default
     # (0.25), which SGLang's qwen3_5.py reads; served, 26 of 212 greedy pairs differed from transformers' rows
     "qwen3_5_moe_text_rope_factor_inside": (
