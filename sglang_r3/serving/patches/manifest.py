@@ -386,11 +386,14 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.layers.moe.fused_moe_native.moe_forward_native", "hook:around",
           "CPU only: top-1 experts that weigh their input (Llama 4's apply_router_weight_on_input), which it refuses; "
           "and, with --ep-size N, another rank's experts (id -1) contributing zero, as the CUDA kernel (it scatters "
-          "the -1 ids); and Nemotron-H's non-gated ReLU^2 experts, which it refuses (cpu/nemotron_h.py)",
+          "the -1 ids); and Nemotron-H's non-gated ReLU^2 experts, which it refuses (cpu/nemotron_h.py); and "
+          "Step-3.5's SiLU experts with a swiglu clamp (gemm1_clamp_limit), which it drops (cpu/step3p5.py)",
           "(layer, x, topk_output, moe_runner_config)"),
     Touch("sglang.srt.layers.moe.moe_runner.base.MoeRunnerConfig", "reads",
-          "whether experts weigh their input; their activation, gating and routed scaling factor (CPU only)",
-          attrs=("apply_router_weight_on_input", "activation", "is_gated", "routed_scaling_factor")),
+          "whether experts weigh their input; their activation, gating, routed scaling factor and SwiGLU clamp "
+          "(CPU only)",
+          attrs=("apply_router_weight_on_input", "activation", "is_gated", "routed_scaling_factor", "gemm1_alpha",
+                 "gemm1_clamp_limit")),
     Touch(f"{_TOPK}.StandardTopKOutput", "reads", "the router weights and expert ids handed to the experts",
           attrs=("topk_weights", "topk_ids", "_replace")),
     Touch("sglang.srt.layers.layernorm.RMSNorm", "reads", "Llama 4's q/k norm epsilon", attrs=("variance_epsilon",)),

@@ -42,7 +42,9 @@
    implementation with the call's routed scaling factor.
 18. bailing_moe: Ling / Ring 2.0's routed experts times their routed scaling factor, which its MoE block leaves to the
    CUDA Triton runner (moe_forward_native applies none).
-19. torch_ops: the ops of spec_ops and gdn registered in one call (here, and by the manifest's check).
+19. step3p5: Step-3.5's routed SiLU experts with their swiglu clamp (gemm1_clamp_limit), which moe_forward_native
+   drops without a gemm1_alpha, as the CUDA Triton runner applies it.
+20. torch_ops: the ops of spec_ops and gdn registered in one call (here, and by the manifest's check).
 Everything is skipped when CUDA is available; installing twice is a no-op.
 """
 
@@ -74,7 +76,8 @@ def install_cpu_patches() -> None:
     from sglang_r3.serving.patches.cpu.cuda_shims import install_cuda_shims, install_host_alloc_shim
     from sglang_r3.serving.patches.cpu.torch_ops import register_torch_ops
     from sglang_r3.serving.patches.cpu import (afmoe, bailing_moe, cuda_shims, dsa, expert_parallel, gdn, gemma4,
-                                               gpt_oss, lfm2_moe, llama4, mamba2, minimax_m2, nemotron_h, ranks, rope)
+                                               gpt_oss, lfm2_moe, llama4, mamba2, minimax_m2, nemotron_h, ranks, rope,
+                                               step3p5)
 
     install_cuda_shims()
     install_host_alloc_shim()
@@ -86,7 +89,7 @@ def install_cpu_patches() -> None:
         from sglang_r3.serving.patches.cpu import eagle_0_5_15 as eagle
     around = (HOOKS + ranks.hooks() + llama4.HOOKS + expert_parallel.HOOKS + cuda_shims.hooks() + gdn.hooks(is_0_5_15())
               + minimax_m2.HOOKS + gpt_oss.hooks() + dsa.hooks() + rope.HOOKS + gemma4.hooks(is_0_5_15())
-              + bailing_moe.HOOKS
+              + bailing_moe.HOOKS + step3p5.HOOKS
               + (mamba2.HOOKS + nemotron_h.HOOKS + lfm2_moe.HOOKS + afmoe.HOOKS
                  if not is_0_5_15() else []))  # SGLang 0.5.23 only
     for target, hook in around + (eagle.hooks() if eagle else []):
