@@ -43,6 +43,7 @@
 18. bailing_moe: Ling / Ring 2.0's routed experts times their routed scaling factor, which its MoE block leaves to the
    CUDA Triton runner (moe_forward_native applies none).
 19. torch_ops: the ops of spec_ops and gdn registered in one call (here, and by the manifest's check).
+20. disaggregation: PD disaggregation's Mooncake KV sender takes its host page-id path (no pinned copy, no CUDA event).
 Everything is skipped when CUDA is available; installing twice is a no-op.
 """
 
@@ -78,6 +79,9 @@ def install_cpu_patches() -> None:
 
     install_cuda_shims()
     install_host_alloc_shim()
+    from sglang_r3.serving.patches.cpu import disaggregation
+
+    disaggregation.install()
     added = register_torch_ops()  # torch_ops.py
     from sglang_r3.serving.patches.release import is_0_5_15
 

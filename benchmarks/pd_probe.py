@@ -1,0 +1,174 @@
+"""``python -m benchmarks.pd_probe``: does SGLang's PD disaggregation run on the CPU runtime here? (issue 54, step 1)
+
+Starts, one after the other on a 2-core host: a unified one-engine server of the embedded model (spec off), then a
+prefill engine + a decode engine (KV over ``--disaggregation-transfer-backend``, Mooncake over TCP by default) and
+SGLang's gateway (``sglang_router.launch_router --pd-disaggregation``), sends the same greedy ``/generate`` requests
+to both and compares the output tokens (and upstream's ``routed_experts`` when asked). Every process it starts is
+its own process group, killed at the end.
+
+``--launcher plain`` (default): ``benchmarks.plain_server`` (SGLang's own ``run_server``, our plugin inert) with
+``--upstream-capture``; ``--launcher r3``: ``python -m sglang_r3.launch_server`` (our capture; start-up refuses
+``--disaggregation-mode`` unless the refusal is lifted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import httpx
+
+from sglang_r3.serving.fleet.gateway import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = ["The capital of France is", "1 2 3 4 5 6 7 8", "Once upon a time, in a small village by the sea, there"]
+
+
+class Proc:
+    def __init__(self, name: str, cmd: List[str], env: Dict[str, str]):
+        fd, path = tempfile.mkstemp(prefix=f"pd-{name}-", suffix=".log")
+        self.name, self.log = name, Path(path)
+        with os.fdopen(fd, "w") as log:
+            self.proc = subprocess.Popen(["nice", "-n", "10", *cmd], stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, **env}, cwd=ROOT, start_new_session=True)
+        print(f"[{name}] pid {self.proc.pid} log {self.log}\n  {' '.join(cmd)}", flush=True)
+
+    def tail(self, n: int = 80) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+            except ProcessLookupError:
+                pass
+
+
+def wait_ok(p: Proc, url: str, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if p.proc.poll() is not None:
+            raise RuntimeError(f"{p.name} exited with {p.proc.returncode}:\n{p.tail()}")
+        try:
+            if httpx.get(url, timeout=10).status_code == 200:
+                print(f"[{p.name}] ready ({url})", flush=True)
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(2)
+    raise TimeoutError(f"{p.name} not ready:\n{p.tail()}")
+
+
+def server_cmd(launcher: str, port: int, extra: List[str]) -> List[str]:
+    if launcher == "plain":
+        return [sys.executable, "-m", "benchmarks.plain_server", "--disable-speculation", "--upstream-capture",
+                "--host", "127.0.0.1", "--port", str(port), *extra]
+    return [sys.executable, "-m", "sglang_r3.launch_server", "--disable-speculation", "--host", "127.0.0.1",
+            "--port", str(port), "--r3-default-routing", "main", *extra]
+
+
+def generate(url: str, prompt: str, n: int) -> dict:
+    body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n},
+            "return_routed_experts": True}
+    r = httpx.post(url + "/generate", json=body, timeout=300)
+    r.raise_for_status()
+    return r.json()
+
+
+def summary(out: dict) -> dict:
+    meta = out.get("meta_info", {})
+    return {"output_ids": out.get("output_ids"), "text": out.get("text"),
+            "routed_experts_len": len(meta.get("routed_experts") or ""),
+            "routing": "routing" in meta, "routing_error": meta.get("routing_error"),
+            "keys": sorted(meta)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--launcher", choices=["plain", "r3"], default="plain")
+    ap.add_argument("--backend", default="mooncake")
+    ap.add_argument("--gateway", choices=["router", "none"], default="router")
+    ap.add_argument("--unified-cache", default=None, help="the unified server's responses: read if present, else saved")
+    ap.add_argument("--max-new-tokens", type=int, default=12)
+    ap.add_argument("--out", default=None, help="write the responses as JSON here")
+    a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop every server on the way out
+
+    env = {"PYTHONPATH": str(ROOT), "MOONCAKE_PROTOCOL": "tcp", "MC_FORCE_TCP": "1"}
+    if a.launcher == "plain":
+        env["SGLANG_PLUGINS"] = "none"
+    else:
+        env["SGLANG_R3_ALLOW_PD_EXPERIMENT"] = "1"
+    results: dict = {"unified": [], "pd": []}
+    procs: List[Proc] = []
+    try:
+        cache = Path(a.unified_cache) if a.unified_cache else None
+        if cache and cache.exists():
+            results["unified"] = json.loads(cache.read_text())
+        else:
+            port = free_port()
+            u = Proc("unified", server_cmd(a.launcher, port, []), env)
+            procs.append(u)
+            wait_ok(u, f"http://127.0.0.1:{port}/health_generate")
+            results["unified"] = [generate(f"http://127.0.0.1:{port}", p, a.max_new_tokens) for p in PROMPTS]
+            u.stop()
+            procs.remove(u)
+            if cache:
+                cache.write_text(json.dumps(results["unified"]))
+        pp, dp, bp = free_port(), free_port(), free_port()
+        common = ["--disaggregation-transfer-backend", a.backend]
+        pre = Proc("prefill", server_cmd(a.launcher, pp, ["--disaggregation-mode", "prefill",
+                                                            "--disaggregation-bootstrap-port", str(bp), *common]), env)
+        procs.append(pre)
+        dec = Proc("decode", server_cmd(a.launcher, dp, ["--disaggregation-mode", "decode", *common]), env)
+        procs.append(dec)
+        wait_ok(pre, f"http://127.0.0.1:{pp}/health")
+        wait_ok(dec, f"http://127.0.0.1:{dp}/health")
+        if a.gateway == "none":
+            return 0
+        gp = free_port()
+        gcmd = [sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation", "--host", "127.0.0.1",
+                "--port", str(gp), "--prefill", f"http://127.0.0.1:{pp}", str(bp),
+                "--decode", f"http://127.0.0.1:{dp}", "--policy", "round_robin"]
+        g = Proc("gateway", gcmd, env)
+        procs.append(g)
+        wait_ok(g, f"http://127.0.0.1:{gp}/health", timeout=300)
+        for p in PROMPTS:
+            t0 = time.monotonic()
+            results["pd"].append(generate(f"http://127.0.0.1:{gp}", p, a.max_new_tokens))
+            print(f"[pd] {p!r}: {time.monotonic() - t0:.1f}s", flush=True)
+        for i, p in enumerate(PROMPTS):
+            print(json.dumps({"prompt": p, "pd": summary(results["pd"][i]),
+                              "unified": summary(results["unified"][i]) if results["unified"] else None}))
+        if results["unified"]:
+            same = [u["output_ids"] == d["output_ids"] for u, d in zip(results["unified"], results["pd"])]
+            re_same = [u["meta_info"].get("routed_experts") == d["meta_info"].get("routed_experts")
+                       for u, d in zip(results["unified"], results["pd"])]
+            print(f"output_ids equal: {same}; routed_experts equal: {re_same}", flush=True)
+        return 0
+    except Exception as e:  # noqa: BLE001 - a probe: print what stops it, with every log
+        print(f"FAILED: {type(e).__name__}: {e}", flush=True)
+        for p in procs:
+            print(f"===== {p.name} log tail ({p.log})\n{p.tail(120)}", flush=True)
+        return 1
+    finally:
+        if a.out:
+            Path(a.out).write_text(json.dumps(results))
+        for p in procs:
+            p.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
