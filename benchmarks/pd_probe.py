@@ -87,6 +87,36 @@ def generate(url: str, prompt: str, n: int) -> dict:
     return r.json()
 
 
+def direct(pre_url: str, dec_url: str, bootstrap_port: int, prompt: str, n: int) -> tuple:
+    """The gateway's PD request by hand: the same body, with the bootstrap fields, to both engines at once; both
+    engines' own responses (the prefill engine's carries its routed_experts, which the gateway drops)."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n},
+            "return_routed_experts": True, "bootstrap_host": "127.0.0.1", "bootstrap_port": bootstrap_port,
+            "bootstrap_room": random.randrange(1, 2 ** 62)}
+    with ThreadPoolExecutor(2) as ex:
+        futs = [ex.submit(httpx.post, u + "/generate", json=body, timeout=300) for u in (pre_url, dec_url)]
+        outs = [f.result() for f in futs]
+    for r in outs:
+        r.raise_for_status()
+    return outs[0].json(), outs[1].json()
+
+
+def rows(out: dict):
+    import base64
+    import numpy as np
+
+    b64 = out.get("meta_info", {}).get("routed_experts")
+    if not b64:
+        return None
+    from sglang_r3.dev.embedded import EMBEDDED_CONFIG
+
+    flat = np.frombuffer(base64.b64decode(b64), dtype=np.int32)
+    return flat.reshape(-1, EMBEDDED_CONFIG["num_hidden_layers"], EMBEDDED_CONFIG["num_experts_per_tok"])
+
+
 def summary(out: dict) -> dict:
     meta = out.get("meta_info", {})
     return {"output_ids": out.get("output_ids"), "text": out.get("text"),
@@ -157,6 +187,31 @@ def main() -> int:
             re_same = [u["meta_info"].get("routed_experts") == d["meta_info"].get("routed_experts")
                        for u, d in zip(results["unified"], results["pd"])]
             print(f"output_ids equal: {same}; routed_experts equal: {re_same}", flush=True)
+        # Each engine's own response, without the gateway.
+        import numpy as np
+
+        for i, p in enumerate(PROMPTS):
+            pre_out, dec_out = direct(f"http://127.0.0.1:{pp}", f"http://127.0.0.1:{dp}", bp, p, a.max_new_tokens)
+            results.setdefault("direct", []).append({"prefill": pre_out, "decode": dec_out})
+            want = rows(results["unified"][i]) if results["unified"] else None
+            got_p, got_d = rows(pre_out), rows(dec_out)
+            n_prompt = pre_out["meta_info"].get("prompt_tokens")
+            line = {"prompt": p, "prompt_tokens": n_prompt, "decode_output_ids_equal_unified":
+                    bool(results["unified"]) and dec_out.get("output_ids") == results["unified"][i]["output_ids"],
+                    "prefill_rows": None if got_p is None else list(got_p.shape),
+                    "decode_rows": None if got_d is None else list(got_d.shape),
+                    "decode_routing": dec_out["meta_info"].get("routing") is not None,
+                    "decode_routing_error": dec_out["meta_info"].get("routing_error"),
+                    "prefill_routing_error": pre_out["meta_info"].get("routing_error")}
+            if want is not None and got_p is not None:
+                line["prefill_rows_equal_unified_prompt_rows"] = bool(
+                    np.array_equal(got_p, want[: got_p.shape[0]]))
+            if want is not None and got_d is not None and got_d.shape == want.shape:
+                line["decode_prompt_rows_equal_unified"] = bool(np.array_equal(got_d[:n_prompt], want[:n_prompt]))
+                line["decode_generated_rows_equal_unified"] = bool(
+                    np.array_equal(got_d[n_prompt:], want[n_prompt:]))
+                line["decode_prompt_rows_all_zero"] = bool(not got_d[:n_prompt].any())
+            print(json.dumps(line), flush=True)
         return 0
     except Exception as e:  # noqa: BLE001 - a probe: print what stops it, with every log
         print(f"FAILED: {type(e).__name__}: {e}", flush=True)

@@ -329,7 +329,10 @@ def _kv_restore(cfg, names, *, resolved) -> Rule:
 
 
 def _disaggregation(cfg, names, *, resolved) -> Rule:
-    if cfg.disaggregation_mode not in (None, "null"):
+    # Issue 54 experiment only (benchmarks/pd_probe.py --launcher r3): lets a PD pair start so what the decode
+    # engine answers can be observed. Not a served configuration.
+    experiment = os.environ.get("SGLANG_R3_ALLOW_PD_EXPERIMENT") == "1"
+    if cfg.disaggregation_mode not in (None, "null") and not experiment:
         yield _Hit("disaggregation_mode", cfg.disaggregation_mode, (
             "the prefill server computes the prompt and the decode server the completion, each with its "
             "own capturer, so neither holds all of a request's rows (KV is transferred, rows are not)"
