@@ -82,7 +82,11 @@ def server_cmd(launcher: str, port: int, extra: List[str]) -> List[str]:
 def generate(url: str, prompt: str, n: int) -> dict:
     body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n},
             "return_routed_experts": True}
-    r = httpx.post(url + "/generate", json=body, timeout=300)
+    for _ in range(30):  # the gateway answers /health before its workers are registered (503 until then)
+        r = httpx.post(url + "/generate", json=body, timeout=300)
+        if r.status_code != 503:
+            break
+        time.sleep(2)
     r.raise_for_status()
     return r.json()
 
@@ -136,7 +140,10 @@ def main() -> int:
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop every server on the way out
 
-    env = {"PYTHONPATH": str(ROOT), "MOONCAKE_PROTOCOL": "tcp", "MC_FORCE_TCP": "1"}
+    # This checkout's server/ as sglang_r3_server (what pyproject's package-dir maps), ahead of any installed copy.
+    shim = Path(tempfile.mkdtemp(prefix="pd-probe-path-"))
+    (shim / "sglang_r3_server").symlink_to(ROOT / "server")
+    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{shim}", "MOONCAKE_PROTOCOL": "tcp", "MC_FORCE_TCP": "1"}
     if a.launcher == "plain":
         env["SGLANG_PLUGINS"] = "none"
     else:
