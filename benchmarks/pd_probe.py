@@ -136,6 +136,7 @@ def main() -> int:
     ap.add_argument("--gateway", choices=["router", "none"], default="router")
     ap.add_argument("--unified-cache", default=None, help="the unified server's responses: read if present, else saved")
     ap.add_argument("--max-new-tokens", type=int, default=12)
+    ap.add_argument("--rows", action="store_true", help="r3: carry the capture rows with the KV (patches/pd_rows.py)")
     ap.add_argument("--out", default=None, help="write the responses as JSON here")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop every server on the way out
@@ -148,6 +149,8 @@ def main() -> int:
         env["SGLANG_PLUGINS"] = "none"
     else:
         env["SGLANG_R3_ALLOW_PD_EXPERIMENT"] = "1"
+        if a.rows:
+            env["SGLANG_R3_PD_ROWS"] = "1"
     results: dict = {"unified": [], "pd": []}
     procs: List[Proc] = []
     try:
@@ -218,6 +221,15 @@ def main() -> int:
                 line["decode_generated_rows_equal_unified"] = bool(
                     np.array_equal(got_d[n_prompt:], want[n_prompt:]))
                 line["decode_prompt_rows_all_zero"] = bool(not got_d[:n_prompt].any())
+            if want is not None and dec_out["meta_info"].get("routing") is not None:
+                from sglang_r3.core.record import RoutingRecord
+
+                rec = RoutingRecord.from_wire(dec_out["meta_info"]["routing"])
+                moe = list(rec.layers)
+                line["decode_record"] = [rec.start, rec.num_tokens]
+                line["decode_record_main_rows_equal_unified"] = bool(
+                    rec.num_tokens == want.shape[0] and np.array_equal(
+                        np.sort(rec.experts.astype(np.int32), axis=-1), np.sort(want[:, moe], axis=-1)))
             print(json.dumps(line), flush=True)
         return 0
     except Exception as e:  # noqa: BLE001 - a probe: print what stops it, with every log
