@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import httpx
+import numpy as np
 
 from sglang_r3.serving.fleet.gateway import free_port
 
@@ -71,17 +72,22 @@ def wait_ok(p: Proc, url: str, timeout: float = 900) -> None:
     raise TimeoutError(f"{p.name} not ready:\n{p.tail()}")
 
 
-def server_cmd(launcher: str, port: int, extra: List[str]) -> List[str]:
+DEFAULT_ROUTING = ["main"]
+
+
+def server_cmd(launcher: str, port: int, extra: List[str], spec: bool = False) -> List[str]:
+    nospec = [] if spec else ["--disable-speculation"]  # the embedded model's default: EAGLE MTP on
     if launcher == "plain":
-        return [sys.executable, "-m", "benchmarks.plain_server", "--disable-speculation", "--upstream-capture",
+        return [sys.executable, "-m", "benchmarks.plain_server", *nospec, "--upstream-capture",
                 "--host", "127.0.0.1", "--port", str(port), *extra]
-    return [sys.executable, "-m", "sglang_r3.launch_server", "--disable-speculation", "--host", "127.0.0.1",
-            "--port", str(port), "--r3-default-routing", "main", *extra]
+    return [sys.executable, "-m", "sglang_r3.launch_server", *nospec, "--host", "127.0.0.1",
+            "--port", str(port), "--r3-default-routing", DEFAULT_ROUTING[0], *extra]
 
 
-def generate(url: str, prompt: str, n: int) -> dict:
-    body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n},
-            "return_routed_experts": True}
+def generate(url: str, prompt: str, n: int, upstream: bool = True) -> dict:
+    body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n}}
+    if upstream:
+        body["return_routed_experts"] = True
     for _ in range(30):  # the gateway answers /health before its workers are registered (503 until then)
         r = httpx.post(url + "/generate", json=body, timeout=300)
         if r.status_code != 503:
@@ -136,9 +142,12 @@ def main() -> int:
     ap.add_argument("--gateway", choices=["router", "none"], default="router")
     ap.add_argument("--unified-cache", default=None, help="the unified server's responses: read if present, else saved")
     ap.add_argument("--max-new-tokens", type=int, default=12)
+    ap.add_argument("--spec", action="store_true", help="EAGLE MTP on every engine (the embedded model's default)")
+    ap.add_argument("--default-routing", default="main", help="r3: --r3-default-routing of every engine")
     ap.add_argument("--rows", action="store_true", help="r3: carry the capture rows with the KV (patches/pd_rows.py)")
     ap.add_argument("--out", default=None, help="write the responses as JSON here")
     a = ap.parse_args()
+    DEFAULT_ROUTING[0] = a.default_routing
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop every server on the way out
 
     # This checkout's server/ as sglang_r3_server (what pyproject's package-dir maps), ahead of any installed copy.
@@ -159,10 +168,14 @@ def main() -> int:
             results["unified"] = json.loads(cache.read_text())
         else:
             port = free_port()
-            u = Proc("unified", server_cmd(a.launcher, port, []), env)
+            u = Proc("unified", server_cmd(a.launcher, port, [], a.spec), env)
             procs.append(u)
             wait_ok(u, f"http://127.0.0.1:{port}/health_generate")
             results["unified"] = [generate(f"http://127.0.0.1:{port}", p, a.max_new_tokens) for p in PROMPTS]
+            if a.launcher == "r3":  # the record the server's default routing answers (what the gateway passes)
+                for i, p in enumerate(PROMPTS):
+                    results["unified"][i]["record_response"] = generate(f"http://127.0.0.1:{port}", p,
+                                                                        a.max_new_tokens, upstream=False)
             u.stop()
             procs.remove(u)
             if cache:
@@ -170,9 +183,9 @@ def main() -> int:
         pp, dp, bp = free_port(), free_port(), free_port()
         common = ["--disaggregation-transfer-backend", a.backend]
         pre = Proc("prefill", server_cmd(a.launcher, pp, ["--disaggregation-mode", "prefill",
-                                                            "--disaggregation-bootstrap-port", str(bp), *common]), env)
+                                                            "--disaggregation-bootstrap-port", str(bp), *common], a.spec), env)
         procs.append(pre)
-        dec = Proc("decode", server_cmd(a.launcher, dp, ["--disaggregation-mode", "decode", *common]), env)
+        dec = Proc("decode", server_cmd(a.launcher, dp, ["--disaggregation-mode", "decode", *common], a.spec), env)
         procs.append(dec)
         wait_ok(pre, f"http://127.0.0.1:{pp}/health")
         wait_ok(dec, f"http://127.0.0.1:{dp}/health")
@@ -192,14 +205,26 @@ def main() -> int:
         for i, p in enumerate(PROMPTS):
             print(json.dumps({"prompt": p, "pd": summary(results["pd"][i]),
                               "unified": summary(results["unified"][i]) if results["unified"] else None}))
+        if results["unified"] and "record_response" in results["unified"][0]:
+            from sglang_r3.core.record import RoutingRecord
+
+            for u, d in zip(results["unified"], results["pd"]):
+                ru = RoutingRecord.from_wire(u["record_response"]["meta_info"]["routing"])
+                rd = RoutingRecord.from_wire(d["meta_info"]["routing"]) if "routing" in d["meta_info"] else None
+                line = {"record_main_equal": rd is not None and ru.layers == rd.layers
+                        and np.array_equal(ru.experts, rd.experts), "unified_mtp": ru.mtp is not None,
+                        "pd_mtp": rd is not None and rd.mtp is not None}
+                if ru.mtp is not None and rd is not None and rd.mtp is not None:
+                    line["mtp_entries"] = [len(ru.mtp.positions), len(rd.mtp.positions)]
+                    line["mtp_equal"] = all(np.array_equal(getattr(ru.mtp, f), getattr(rd.mtp, f))
+                                            for f in ("positions", "depth", "step", "accepted", "experts"))
+                print(json.dumps({"record_vs_unified": line}), flush=True)
         if results["unified"]:
             same = [u["output_ids"] == d["output_ids"] for u, d in zip(results["unified"], results["pd"])]
             re_same = [u["meta_info"].get("routed_experts") == d["meta_info"].get("routed_experts")
                        for u, d in zip(results["unified"], results["pd"])]
             print(f"output_ids equal: {same}; routed_experts equal: {re_same}", flush=True)
         # Each engine's own response, without the gateway.
-        import numpy as np
-
         for i, p in enumerate(PROMPTS):
             pre_out, dec_out = direct(f"http://127.0.0.1:{pp}", f"http://127.0.0.1:{dp}", bp, p, a.max_new_tokens)
             results.setdefault("direct", []).append({"prefill": pre_out, "decode": dec_out})

@@ -54,8 +54,30 @@ def _with_rows(original):
     return setup_state_kv_args
 
 
+def _drop_drafts_of_freed_decode_request(self, req, *args, **kwargs):
+    from sglang_r3.serving.patches import release
+    from sglang_r3.serving.patches.runtime import capturer
+
+    cap = capturer()
+    if cap is not None and cap.draft is not None and release.req_pool_idx(req) is not None:
+        cap.draft.forget([release.req_pool_idx(req)])
+    return None
+
+
 def install() -> None:
     from sglang.srt.disaggregation import decode, prefill
+
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    from sglang_r3.serving.patches.draft import start_rows_without_drafts
+
+    # A decode engine's request rows come from DecodeReqToTokenPool (not a ReqToTokenPool): the MTP opt-in of a
+    # row (patches/draft.py's hooks on ReqToTokenPool.alloc / free_rows) is noted on it too. (Not in the
+    # manifest: registered with SGLang's HookRegistry directly, for the experiment.)
+    HookRegistry.register("sglang.srt.disaggregation.decode.DecodeReqToTokenPool.alloc", start_rows_without_drafts,
+                          HookType.AFTER)
+    HookRegistry.register("sglang.srt.disaggregation.decode.DecodeReqToTokenPool.free",
+                          _drop_drafts_of_freed_decode_request, HookType.BEFORE)
 
     for module in (prefill, decode):
         if not getattr(module.setup_state_kv_args, "_r3_rows", False):
