@@ -80,6 +80,11 @@ def server_cmd(launcher: str, port: int, extra: List[str], spec: bool = False) -
     if launcher == "plain":
         return [sys.executable, "-m", "benchmarks.plain_server", *nospec, "--upstream-capture",
                 "--host", "127.0.0.1", "--port", str(port), *extra]
+    if launcher == "sglang":  # SGLang's own launcher, SGLANG_R3_ENABLED=1: the flags our launcher resolves
+        from sglang_r3.serving.launch import resolve_argv
+
+        return [sys.executable, "-m", "sglang.launch_server",
+                *resolve_argv([*nospec, "--host", "127.0.0.1", "--port", str(port), *extra], cpu=True)]
     return [sys.executable, "-m", "sglang_r3.launch_server", *nospec, "--host", "127.0.0.1",
             "--port", str(port), "--r3-default-routing", DEFAULT_ROUTING[0], *extra]
 
@@ -137,7 +142,7 @@ def summary(out: dict) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--launcher", choices=["plain", "r3"], default="plain")
+    ap.add_argument("--launcher", choices=["plain", "r3", "sglang"], default="plain")
     ap.add_argument("--backend", default="mooncake")
     ap.add_argument("--gateway", choices=["router", "none"], default="router")
     ap.add_argument("--unified-cache", default=None, help="the unified server's responses: read if present, else saved")
@@ -158,6 +163,8 @@ def main() -> int:
         env["SGLANG_PLUGINS"] = "none"
     else:
         env["SGLANG_R3_ALLOW_PD_EXPERIMENT"] = "1"
+        if a.launcher == "sglang":
+            env.update(SGLANG_R3_ENABLED="1", SGLANG_R3_DEFAULT_ROUTING=a.default_routing)
         if a.rows:
             env["SGLANG_R3_PD_ROWS"] = "1"
     results: dict = {"unified": [], "pd": []}
@@ -172,7 +179,7 @@ def main() -> int:
             procs.append(u)
             wait_ok(u, f"http://127.0.0.1:{port}/health_generate")
             results["unified"] = [generate(f"http://127.0.0.1:{port}", p, a.max_new_tokens) for p in PROMPTS]
-            if a.launcher == "r3":  # the record the server's default routing answers (what the gateway passes)
+            if a.launcher != "plain":  # the record the server's default routing answers (what the gateway passes)
                 for i, p in enumerate(PROMPTS):
                     results["unified"][i]["record_response"] = generate(f"http://127.0.0.1:{port}", p,
                                                                         a.max_new_tokens, upstream=False)
