@@ -7,8 +7,9 @@ to both and compares the output tokens (and upstream's ``routed_experts`` when a
 its own process group, killed at the end.
 
 ``--launcher plain`` (default): ``benchmarks.plain_server`` (SGLang's own ``run_server``, our plugin inert) with
-``--upstream-capture``; ``--launcher r3``: ``python -m sglang_r3.launch_server`` (our capture; start-up refuses
-``--disaggregation-mode`` unless the refusal is lifted).
+``--upstream-capture``; ``--launcher r3``: ``python -m sglang_r3.launch_server`` (our capture; the prompt's rows travel with its KV,
+sglang_r3/serving/patches/pd_rows.py); ``--launcher sglang``: SGLang's own launcher with ``SGLANG_R3_ENABLED=1``.
+The served feature's test is tests/test_pd.py; this probe prints each engine's own answers for a closer look.
 """
 
 from __future__ import annotations
@@ -149,7 +150,6 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=12)
     ap.add_argument("--spec", action="store_true", help="EAGLE MTP on every engine (the embedded model's default)")
     ap.add_argument("--default-routing", default="main", help="r3: --r3-default-routing of every engine")
-    ap.add_argument("--rows", action="store_true", help="r3: carry the capture rows with the KV (patches/pd_rows.py)")
     ap.add_argument("--out", default=None, help="write the responses as JSON here")
     a = ap.parse_args()
     DEFAULT_ROUTING[0] = a.default_routing
@@ -161,12 +161,8 @@ def main() -> int:
     env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{shim}", "MOONCAKE_PROTOCOL": "tcp", "MC_FORCE_TCP": "1"}
     if a.launcher == "plain":
         env["SGLANG_PLUGINS"] = "none"
-    else:
-        env["SGLANG_R3_ALLOW_PD_EXPERIMENT"] = "1"
-        if a.launcher == "sglang":
-            env.update(SGLANG_R3_ENABLED="1", SGLANG_R3_DEFAULT_ROUTING=a.default_routing)
-        if a.rows:
-            env["SGLANG_R3_PD_ROWS"] = "1"
+    elif a.launcher == "sglang":
+        env.update(SGLANG_R3_ENABLED="1", SGLANG_R3_DEFAULT_ROUTING=a.default_routing)
     results: dict = {"unified": [], "pd": []}
     procs: List[Proc] = []
     try:

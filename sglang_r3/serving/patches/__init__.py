@@ -95,12 +95,6 @@ def install(process: str, routes: Optional[Callable[[], Any]] = None) -> None:
         from sglang_r3.serving.patches.opt_in import install_launch_checks
 
         install_capture_patches()
-        import os
-
-        if os.environ.get("SGLANG_R3_ALLOW_PD_EXPERIMENT") == "1" and os.environ.get("SGLANG_R3_PD_ROWS") == "1":
-            from sglang_r3.serving.patches import pd_rows
-
-            pd_rows.install()
         # Only the launching process calls the two ServerArgs methods these hook (opt_in.py).
         install_launch_checks()
     from sglang_r3.serving.patches.hooks import raise_if_missing

@@ -1,4 +1,4 @@
-"""PD disaggregation's KV sender on the CPU runtime (issue 54).
+"""PD disaggregation's KV sender on the CPU runtime (SGLang 0.5.23).
 
 SGLang 0.5.23's prefill engine (``disaggregation/prefill.py`` ``_send_kv_chunk``) hands a sender that says
 ``supports_host_tensor_indices`` (Mooncake's) its page ids as a page-locked host copy made with
@@ -13,10 +13,10 @@ from __future__ import annotations
 def install() -> None:
     import torch
 
-    if torch.cuda.is_available():
+    from sglang_r3.serving.patches import release
+
+    if torch.cuda.is_available() or release.is_0_5_15():  # PD is served on 0.5.23 (startup_checks.py)
         return
-    try:
-        from sglang.srt.disaggregation.mooncake.conn import MooncakeKVSender
-    except ImportError:  # an SGLang without the Mooncake backend module
-        return
+    from sglang.srt.disaggregation.mooncake.conn import MooncakeKVSender
+
     MooncakeKVSender.supports_host_tensor_indices = False
