@@ -12,6 +12,8 @@ CAPTURE_ERROR_CODES = (
     "missing_rows",  # some of the request's KV slots hold no row a target forward wrote
     "capture_off",  # capture was off when the request finished (the mode is read then, not per forward)
     "image_attention",  # its image's tokens were served with another attention mask than the checkpoint's (Gemma-4)
+    # the MTP section was asked for on a PD decode engine: the first round's drafts ran on the prefill engine
+    "mtp_drafted_on_prefill",
 )
 STORE_ERROR_CODES = (  # records by reference: the engine's record store did not take the record
     "store_full",

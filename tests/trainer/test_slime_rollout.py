@@ -155,7 +155,7 @@ def test_slimes_own_rollout_drops_every_samples_rows_when_the_first_has_a_routin
     actor = start_actor(hf_checkpoints, 1)  # with our install
     with pytest.raises(RecordError, match=r"keeps the rollout's routed_experts only when its first sample has them .*"
                                           r"routing_error \(one of missing_rows, capture_off, image_attention, "
-                                          r"store_full, .*--rollout-function-path sglang_r3\.trainer\.slime\."
+                                          r"mtp_drafted_on_prefill, store_full, .*--rollout-function-path sglang_r3\.trainer\.slime\."
                                           r"generate_rollout"):
         actor.train_actor(0, dict(data))
 

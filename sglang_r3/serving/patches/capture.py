@@ -203,6 +203,13 @@ def route_topk_to_capturers(topk_config, layer_id, topk_ids) -> None:
         cap.draft.capture(topk_config, topk_ids)
 
 
+@functools.lru_cache(maxsize=None)
+def _pd_decode_engine() -> bool:
+    from sglang.srt.runtime_context import get_server_args
+
+    return str(get_server_args().disaggregation_mode) == "decode"
+
+
 def collect_request_rows(original, self, req):
     cap = _capturer()
     if cap is None or not req.return_routed_experts:
@@ -231,6 +238,15 @@ def collect_request_rows(original, self, req):
         error = RoutingUnavailable("image_attention", why, int(rows.shape[0]), int(rows.shape[0]))
         cap.stats.extra["requests_refused"] = cap.stats.extra.get("requests_refused", 0) + 1
         rows = rows[:0]
+    elif mtp is not None and _pd_decode_engine():
+        # PD: the request's first speculation round was drafted on the prefill engine (its step-0 drafts at the
+        # prompt's last positions), whose draft routing does not travel with the KV. Never a short MTP section.
+        error = RoutingUnavailable(
+            "mtp_drafted_on_prefill", "the MTP section was asked for on a PD decode engine: the first round's "
+            "drafts ran on the prefill engine, so the section would be incomplete; ask for main rows only",
+            int(rows.shape[0]), int(rows.shape[0]))
+        cap.stats.extra["requests_refused"] = cap.stats.extra.get("requests_refused", 0) + 1
+        rows, mtp = rows[:0], None
     rows = rows.numpy()
     if rows.dtype == np.int16:
         rows = rows.view(np.uint16)
@@ -357,6 +373,10 @@ def install_capture_patches() -> None:
     from sglang_r3.serving.patches.draft import install_draft_patches
 
     install_draft_patches()
+    if not release.is_0_5_15():  # PD disaggregation: the prompt's rows travel with its KV (patches/pd_rows.py)
+        from sglang_r3.serving.patches.pd_rows import install_pd_patches
+
+        install_pd_patches()
     # A model fix, beside capture because it acts where the scheduler builds the model (patches/gemma4_vision.py)
     from sglang_r3.serving.patches.gemma4_vision import install_gemma4_vision_patch
 

@@ -65,6 +65,11 @@ _DP = "sglang.srt.layers.dp_attention"
 _TOPK = "sglang.srt.layers.moe.topk"
 _FWD = "sglang.srt.model_executor.forward_batch_info"
 
+_PD_PREFILL = "sglang.srt.disaggregation.prefill"
+_PD_DECODE = "sglang.srt.disaggregation.decode"
+_SETUP_STATE_KV_ARGS = ("(kv_args, token_to_kv_pool, draft_token_to_kv_pool=None, total_kv_layers=None, "
+                        "req_to_token_pool=None)")
+
 _FORWARD_GENERATION = {V0_5_15: "(self, batch, on_publish=None)",
                        V0_5_23: "(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None)"}
 
@@ -265,7 +270,8 @@ MANIFEST: Tuple[Touch, ...] = (
                  "smg_grpc_mode",
                  "grpc_mode", "grpc_port", "use_ray", "decrypted_config_file", "trust_remote_code",
                  "enable_return_routed_experts", "enable_dp_attention", "enable_metrics", "enable_torch_compile", "chunked_prefill_size",
-                 "max_prefill_tokens", "speculative_num_draft_tokens"), releases=R23),
+                 "max_prefill_tokens", "speculative_num_draft_tokens", "disaggregation_transfer_backend",
+                 "kv_cache_dtype"), releases=R23),
     Touch(_SA, "reads", "the flags start-up checks read (0.5.15 has no DWDP, FlexKV, unified-cache linker, "
           "SMG gRPC or native gRPC port flags)",
           attrs=("enable_eplb", "init_expert_location", "ep_num_redundant_experts", "pp_size", "attn_cp_size", "enable_prefill_cp", "dcp_size", "tp_size", "ep_size", "dp_size",
@@ -276,7 +282,7 @@ MANIFEST: Tuple[Touch, ...] = (
                  "speculative_eagle_topk", "speculative_num_steps", "device", "disable_cuda_graph", "disable_hybrid_swa_memory",
                  "tokenizer_worker_num", "grpc_mode", "use_ray", "decrypted_config_file", "trust_remote_code",
                  "enable_return_routed_experts", "enable_dp_attention", "enable_metrics", "enable_torch_compile", "chunked_prefill_size",
-                 "max_prefill_tokens", "speculative_num_draft_tokens"), releases=R15),
+                 "max_prefill_tokens", "speculative_num_draft_tokens", "kv_cache_dtype"), releases=R15),
     Touch("sglang.srt.arg_groups.overrides.resolving_view", "uses",
           "the resolved values of a ServerArgs record (0.5.15 writes them onto the record)", "(server_args)", R23),
     Touch("sglang.srt.arg_groups.model_override_base.model_config_of", "uses",
@@ -344,7 +350,33 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.utils.hf_transformers.config.get_config", "uses",
           "the config object SGLang's loader resolved (the layout is built from it)",
           "(model, trust_remote_code, revision=None, model_override_args=None, model_config_parser='auto', **kwargs)"),
+    # -- PD disaggregation (patches/pd_rows.py) -------------------------------------------------------------
+    Touch(f"{_PD_PREFILL}.setup_state_kv_args", "hook:after",
+          "the prefill engine's capture rows and marks become one more state component of its KV transfer",
+          _SETUP_STATE_KV_ARGS, R23),
+    Touch(f"{_PD_DECODE}.setup_state_kv_args", "hook:after",
+          "the decode engine's capture rows and marks receive the prefill engine's, page for page with the KV",
+          _SETUP_STATE_KV_ARGS, R23),
+    Touch(f"{_PD_DECODE}.DecodeReqToTokenPool.alloc", "hook:after",
+          "a decode engine's request row starts with no draft entries and its MTP wish", "(self, reqs)", R23),
+    Touch(f"{_PD_DECODE}.DecodeReqToTokenPool.free", "hook:before",
+          "draft entries of a decode engine's freed request row are dropped", "(self, req)", R23),
+    Touch("sglang.srt.disaggregation.utils.append_state_component", "uses",
+          "registers the rows and marks as a state component (one item per KV page)",
+          "(kv_args, state_type, data_ptrs, data_lens, item_lens, dim_per_tensor=None, conv_shard_groups=None, "
+          "slice_outer_counts=None, layer_ids=None)", R23),
+    Touch("sglang.srt.disaggregation.base.conn.StateType", "uses",
+          "BLOCK_SCALE: the state type whose payload is the request's full KV page ids, the rows' carrier",
+          attrs=("BLOCK_SCALE",), releases=R23),
+    Touch("sglang.srt.disaggregation.base.conn.KVArgs", "reads", "the state components set up so far",
+          attrs=("state_types", "state_layer_ids"), releases=R23),
+    Touch(f"{_MEMORY_POOL}.KVCache", "reads", "the KV page size (one transfer item per page)", attrs=("page_size",),
+          releases=R23),
     # -- CPU runtime (patches/cpu/) -------------------------------------------------------------------------
+    Touch("sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender", "reads",
+          "CPU only: set to False, so the prefill engine hands the sender its page ids as numpy (kv_to_page_indices), "
+          "not a pinned copy waited on with a torch.cuda.Event (cpu/disaggregation.py)",
+          attrs=("supports_host_tensor_indices",), releases=R23),
     Touch(f"{_TNA}.forward_extend", "hook:around",
           "TARGET_VERIFY / DRAFT_EXTEND on the torch_native backend, and gpt-oss's attention sinks (CPU only)",
           "(self, q, k, v, layer, forward_batch, save_kv_cache=True)"),

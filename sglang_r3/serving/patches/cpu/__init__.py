@@ -45,6 +45,7 @@
 19. step3p5: Step-3.5's routed SiLU experts with their swiglu clamp (gemm1_clamp_limit), which moe_forward_native
    drops without a gemm1_alpha, as the CUDA Triton runner applies it.
 20. torch_ops: the ops of spec_ops and gdn registered in one call (here, and by the manifest's check).
+21. disaggregation: PD disaggregation's Mooncake KV sender takes its host page-id path (no pinned copy, no CUDA event).
 Everything is skipped when CUDA is available; installing twice is a no-op.
 """
 
@@ -81,6 +82,9 @@ def install_cpu_patches() -> None:
 
     install_cuda_shims()
     install_host_alloc_shim()
+    from sglang_r3.serving.patches.cpu import disaggregation
+
+    disaggregation.install()
     added = register_torch_ops()  # torch_ops.py
     from sglang_r3.serving.patches.release import is_0_5_15
 

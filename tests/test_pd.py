@@ -1,0 +1,174 @@
+"""PD disaggregation served exactly: a prefill engine and a decode engine (our launcher, EAGLE MTP on both, KV over
+Mooncake's TCP transport) behind SGLang's gateway in PD mode, against a unified server of plain SGLang.
+
+The prompt's rows travel with its KV (sglang_r3/serving/patches/pd_rows.py), so the decode engine's record holds
+the rows the prefill engine's target forward wrote. The reference is plain SGLang's own capturer on a unified server
+(``plain_server``: no sglang-r3, spec off) on the same greedy prompts: output tokens equal, our record's main rows
+equal its rows at the MoE layers, and upstream's ``routed_experts`` on the decode engine equal its field byte for
+byte. Requests go through ``sglang-router`` 0.3.2 ``--pd-disaggregation`` (concurrently), and by hand as the
+gateway sends them (the same body with the bootstrap fields to both engines at once) where a field the gateway
+drops is needed: ``return_routed_experts``, ``routing_start`` (a second turn that reuses the first turn's KV on the
+prefill engine), and the MTP section, which the decode engine refuses by name (``mtp_drafted_on_prefill``: the
+first round's drafts ran on the prefill engine) while main rows stay exact.
+
+Needs ``mooncake-transfer-engine-non-cuda`` (the ``test`` extra) and the system library ``libibverbs.so.1``
+(Debian: ``apt-get install -y libibverbs1``; ``.ci/run`` installs it); without either this module fails naming it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import random
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+
+from sglang_r3.core.record import RoutingRecord
+from sglang_r3.serving.fleet.gateway import free_port
+from tests.routing_http import TIMEOUT
+from tests.servers import ChildProcess, ServerProcess, assert_main_rows_equal_plain_sglang, plain_rows
+
+pytestmark = pytest.mark.server
+
+MOONCAKE_ENV = {"MOONCAKE_PROTOCOL": "tcp", "MC_FORCE_TCP": "1"}
+PROMPTS = [list(b"The capital of France is"), list(b"1 2 3 4 5 6 7 8"),
+           list(b"Once upon a time, in a small village by the sea, there")]
+NEW = 10
+INSTALL = ("PD tests need Mooncake's transfer engine: `pip install -e \".[test]\"` installs "
+           "mooncake-transfer-engine-non-cuda, and it loads the system library libibverbs.so.1 "
+           "(Debian/Ubuntu: `apt-get install -y libibverbs1`; .ci/run installs both)")
+
+
+def _require_mooncake() -> None:
+    try:
+        ctypes.CDLL("libibverbs.so.1")
+    except OSError as e:
+        pytest.fail(f"libibverbs.so.1 is missing ({e}). {INSTALL}", pytrace=False)
+    r = subprocess.run([sys.executable, "-c", "from mooncake.engine import TransferEngine"], capture_output=True,
+                       text=True, timeout=120)
+    if r.returncode != 0:
+        pytest.fail(f"mooncake's TransferEngine does not import ({r.stderr.strip().splitlines()[-1:]}). {INSTALL}",
+                    pytrace=False)
+
+
+def _wait(proc: ChildProcess, url: str, ok, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.proc.poll() is not None:
+            raise RuntimeError(f"exited with {proc.proc.returncode}:\n{proc.log_tail()}")
+        try:
+            r = httpx.get(url, timeout=10)
+            if r.status_code == 200 and ok(r):
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(2)
+    raise TimeoutError(f"{url} not ready:\n{proc.log_tail()}")
+
+
+class Pair:
+    def __init__(self, pre: ServerProcess, dec: ServerProcess, bootstrap: int, gateway: str):
+        self.pre, self.dec, self.bootstrap, self.gateway = pre, dec, bootstrap, gateway
+
+    def by_gateway(self, ids) -> dict:
+        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": NEW, "temperature": 0}}
+        for _ in range(60):  # the gateway answers 503 until its health checks admit both workers
+            r = httpx.post(self.gateway + "/generate", json=body, timeout=TIMEOUT)
+            if r.status_code != 503:
+                break
+            time.sleep(1)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def by_hand(self, ids, **extra) -> tuple:
+        """The gateway's PD request by hand: one body with the bootstrap fields to both engines at once; the prefill
+        engine's and the decode engine's own responses."""
+        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": NEW, "temperature": 0},
+                "bootstrap_host": "127.0.0.1", "bootstrap_port": self.bootstrap,
+                "bootstrap_room": random.randrange(1, 2 ** 62), **extra}
+        with ThreadPoolExecutor(2) as ex:
+            outs = list(ex.map(lambda u: httpx.post(u + "/generate", json=body, timeout=TIMEOUT),
+                               (self.pre.url, self.dec.url)))
+        for r in outs:
+            assert r.status_code == 200, r.text
+        return outs[0].json(), outs[1].json()
+
+
+@pytest.fixture(scope="module")
+def pd():
+    """Prefill + decode engines (our launcher; the embedded model's default: EAGLE MTP on) and sglang-router in PD
+    mode, started here and stopped after the module."""
+    _require_mooncake()
+    bootstrap = free_port()
+    common = ["--host", "127.0.0.1", "--disaggregation-transfer-backend", "mooncake", "--r3-default-routing", "main"]
+    pre = ServerProcess([*common, "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port",
+                         str(bootstrap)], env=MOONCAKE_ENV)
+    dec = ServerProcess([*common, "--disaggregation-mode", "decode"], env=MOONCAKE_ENV)
+    gw = ChildProcess()
+    try:
+        pre.start()
+        dec.start()
+        _wait(pre, pre.url + "/health", lambda r: True)
+        _wait(dec, dec.url + "/health", lambda r: True)
+        port = free_port()
+        gw.spawn([sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation", "--host", "127.0.0.1",
+                  "--port", str(port), "--prefill", pre.url, str(bootstrap), "--decode", dec.url,
+                  "--policy", "round_robin"], "sglang-router-pd-")
+        _wait(gw, f"http://127.0.0.1:{port}/health", lambda r: True, timeout=120)
+        yield Pair(pre, dec, bootstrap, f"http://127.0.0.1:{port}")
+    finally:
+        gw.stop()
+        dec.stop()
+        pre.stop()
+
+
+def _plain(url: str, ids) -> dict:
+    r = httpx.post(url + "/generate", json={"input_ids": ids, "return_routed_experts": True,
+                                            "sampling_params": {"max_new_tokens": NEW, "temperature": 0}},
+                   timeout=TIMEOUT)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_concurrent_requests_through_the_pd_gateway_carry_the_unified_servers_rows(pd, plain_server):
+    want = [_plain(plain_server, p) for p in PROMPTS]
+    with ThreadPoolExecutor(len(PROMPTS)) as ex:
+        got = list(ex.map(pd.by_gateway, PROMPTS))
+    for i, (g, w, p) in enumerate(zip(got, want, PROMPTS)):
+        assert "routing" in g["meta_info"], g["meta_info"]  # the decode engine's default routing (main)
+        # The decode engine's record: every row, the prompt's (computed on the prefill engine) included.
+        assert_main_rows_equal_plain_sglang(g, w, len(p), what=f"prompt {i} through the PD gateway")
+
+
+def test_the_decode_engines_upstream_field_and_a_second_turn_from_routing_start(pd, plain_server):
+    first = PROMPTS[2]
+    pre, dec = pd.by_hand(first, return_routed_experts=True)
+    want = _plain(plain_server, first)
+    assert_main_rows_equal_plain_sglang(dec, want, len(first), what="first turn on the decode engine")
+    assert dec["meta_info"]["routed_experts"] == want["meta_info"]["routed_experts"]
+    # The second turn: the first turn's prompt and completion plus new text (its prefix is in the prefill engine's
+    # cache), rows from the new turn's first token on.
+    second = first + dec["output_ids"] + list(b" and then")
+    start = len(first) + len(dec["output_ids"])
+    _, dec2 = pd.by_hand(second, return_routing=True, routing_start=start)
+    want2 = plain_rows(_plain(plain_server, second)["meta_info"]["routed_experts"])
+    assert "routing_error" not in dec2["meta_info"], dec2["meta_info"].get("routing_error")
+    rec = RoutingRecord.from_wire(dec2["meta_info"]["routing"])
+    assert rec.start == start and rec.num_tokens == want2.shape[0] - start, (rec.start, rec.num_tokens)
+    np.testing.assert_array_equal(np.sort(rec.experts.astype(np.int32), axis=-1),
+                                  np.sort(want2[start:, list(rec.layers)], axis=-1))
+
+
+def test_the_mtp_section_is_refused_by_name_on_the_decode_engine_and_main_rows_stay_exact(pd, plain_server):
+    ids = PROMPTS[0]
+    _, dec = pd.by_hand(ids, return_routing={"mtp": True})
+    err = dec["meta_info"].get("routing_error")
+    assert "routing" not in dec["meta_info"] and err and err["code"] == "mtp_drafted_on_prefill", dec["meta_info"]
+    # The same request without the MTP section: exact main rows.
+    _, dec = pd.by_hand(ids, return_routing=True)
+    assert_main_rows_equal_plain_sglang(dec, _plain(plain_server, ids), len(ids), what="main rows, MTP on")
