@@ -74,7 +74,7 @@ def check_uses() -> None:
     Run in the process that launches SGLang (the names are the launcher's and the HTTP server's)."""
     from sglang_r3.serving.patches.manifest import by_target, check
 
-    for target, why in check(tuple(e for e in by_target().values() if e.kind in ("uses", "reads"))):
+    for target, why in check(tuple(e for e in by_target().values() if e.kind in ("uses", "reads") and e.at_start)):
         if target not in (t for t, _ in _missing):
             _missing.append((target, why))
 

@@ -43,6 +43,10 @@ class Touch:
     signature: Union[None, str, Mapping[str, str]] = None
     releases: Tuple[str, ...] = SERVED  # the releases this target is touched on
     attrs: Tuple[str, ...] = ()  # kind "reads": the attributes read of its instances
+    # False: checked where it is used, not by the launcher's start-up check (hooks.check_uses): its module imports
+    # prometheus_client, which the launcher must not import before SGLang sets PROMETHEUS_MULTIPROC_DIR (or our
+    # counters in its HTTP process leave /metrics)
+    at_start: bool = True
 
     def signature_on(self, release: str) -> Optional[str]:
         if isinstance(self.signature, Mapping):
@@ -352,7 +356,8 @@ MANIFEST: Tuple[Touch, ...] = (
           "(model, trust_remote_code, revision=None, model_override_args=None, model_config_parser='auto', **kwargs)"),
     # -- PD disaggregation (patches/pd_rows.py) -------------------------------------------------------------
     Touch(f"{_PD_PREFILL}.setup_state_kv_args", "hook:after",
-          "the prefill engine's capture rows and marks become one more state component of its KV transfer",
+          "the prefill engine's capture rows and marks become one more state component of its KV transfer; on the "
+          "CPU runtime, its Mooncake sender set to its host page-id path then (cpu/disaggregation.py)",
           _SETUP_STATE_KV_ARGS, R23),
     Touch(f"{_PD_DECODE}.setup_state_kv_args", "hook:after",
           "the decode engine's capture rows and marks receive the prefill engine's, page for page with the KV",
@@ -376,7 +381,7 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender", "reads",
           "CPU only: set to False, so the prefill engine hands the sender its page ids as numpy (kv_to_page_indices), "
           "not a pinned copy waited on with a torch.cuda.Event (cpu/disaggregation.py)",
-          attrs=("supports_host_tensor_indices",), releases=R23),
+          attrs=("supports_host_tensor_indices",), releases=R23, at_start=False),
     Touch(f"{_TNA}.forward_extend", "hook:around",
           "TARGET_VERIFY / DRAFT_EXTEND on the torch_native backend, and gpt-oss's attention sinks (CPU only)",
           "(self, q, k, v, layer, forward_batch, save_kv_cache=True)"),
