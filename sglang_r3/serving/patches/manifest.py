@@ -614,7 +614,7 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.layers.quantization.unquant.UnquantizedFusedMoEMethod.create_weights", "reads",
           "CPU only: registers the w13_weight [experts, intermediate, hidden] (non-gated: the up projection alone) and "
           "w2_weight [experts, hidden, intermediate] parameters on the FusedMoE, which cpu/nemotron_h.py's ReLU^2 "
-          "experts read by name (get_parameter)", "(self, layer, num_experts, hidden_size, intermediate_size_per_partition, "
+          "experts and cpu/step3p5.py's clamped SiLU experts read by name (get_parameter)", "(self, layer, num_experts, hidden_size, intermediate_size_per_partition, "
           "params_dtype, with_bias=False, **extra_weight_attrs)", R23),
     Touch("sglang.srt.models.nemotron_h.NemotronHMoE", "reads", "the MoE block's router, shared expert and experts",
           attrs=("gate", "shared_experts", "topk", "use_latent_moe", "_apply_fc1_latent_proj", "experts"),
