@@ -186,6 +186,23 @@ def test_kv_move_under_deferred_copy_moves_the_rows_once_they_land():
     assert torch.equal(rows[1, 0, :].to(torch.int32), chosen[1][2])
 
 
+def test_row_work_queued_under_a_deferred_copy_runs_once_the_rows_land():
+    """A PD decode engine's retraction keeps a request's rows while the forward that computed its last token may be
+    in flight (patches/pd_rows.py): the kept row is that forward's, not what the slot held before it."""
+    cap = RoutingCapturer(LAYOUT, num_slots=64, max_batch_tokens=MAX_TOKENS)
+    _forward(cap, [40, 41], seed=7)  # what the slots held before
+    chosen, holder = _forward(cap, [41], seed=8, no_copy_to_cpu=True)  # in flight
+    kept = {}
+    cap.after_rows_land(lambda: kept.update(rows=cap.host[[41]], marks=cap.written[[41]]))
+    assert not kept
+    holder.map_device_tensors(async_d2h)
+    holder.finalize()
+    assert torch.equal(kept["rows"][0, 0, :].to(torch.int32), chosen[1][0]) and bool(kept["marks"].all())
+    ran = []
+    cap.after_rows_land(lambda: ran.append(True))  # nothing in flight: now
+    assert ran == [True]
+
+
 def test_capture_off_invalidates_the_slots_it_computes():
     cap = RoutingCapturer(LAYOUT, num_slots=32, max_batch_tokens=MAX_TOKENS)
     _forward(cap, [1, 2, 3], seed=1)

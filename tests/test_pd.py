@@ -9,7 +9,8 @@ byte. Requests go through ``sglang-router`` 0.3.2 ``--pd-disaggregation`` (concu
 gateway sends them (the same body with the bootstrap fields to both engines at once) where a field the gateway
 drops is needed: ``return_routed_experts``, ``routing_start`` (a second turn that reuses the first turn's KV on the
 prefill engine), and the MTP section, which the decode engine refuses by name (``mtp_drafted_on_prefill``: the
-first round's drafts ran on the prefill engine) while main rows stay exact.
+first round's drafts ran on the prefill engine) while main rows stay exact. The decode engine retracts running
+requests (SGLang's ``SGLANG_TEST_RETRACT``) and restores their KV from its backup: their rows follow it.
 
 Needs ``mooncake-transfer-engine-non-cuda`` (the ``test`` extra) and the system library ``libibverbs.so.1``
 (Debian: ``apt-get install -y libibverbs1``; ``.ci/run`` installs it); without either this module fails naming it.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import random
+import re
 import subprocess
 import sys
 import time
@@ -39,6 +41,9 @@ MOONCAKE_ENV = {"MOONCAKE_PROTOCOL": "tcp", "MC_FORCE_TCP": "1"}
 PROMPTS = [list(b"The capital of France is"), list(b"1 2 3 4 5 6 7 8"),
            list(b"Once upon a time, in a small village by the sea, there")]
 NEW = 10
+LONG = 48  # a retraction test's completions: long enough that the decode engine's batch holds several requests
+RETRACT_EVERY = 3
+RETRACT_ENV = {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": str(RETRACT_EVERY)}
 INSTALL = ("PD tests need Mooncake's transfer engine: `pip install -e \".[test]\"` installs "
            "mooncake-transfer-engine-non-cuda, and it loads the system library libibverbs.so.1 "
            "(Debian/Ubuntu: `apt-get install -y libibverbs1`; .ci/run installs both)")
@@ -75,8 +80,8 @@ class Pair:
     def __init__(self, pre: ServerProcess, dec: ServerProcess, bootstrap: int, gateway: str):
         self.pre, self.dec, self.bootstrap, self.gateway = pre, dec, bootstrap, gateway
 
-    def by_gateway(self, ids) -> dict:
-        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": NEW, "temperature": 0}}
+    def by_gateway(self, ids, new: int = NEW) -> dict:
+        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": new, "temperature": 0}}
         for _ in range(60):  # the gateway answers 503 until its health checks admit both workers
             r = httpx.post(self.gateway + "/generate", json=body, timeout=TIMEOUT)
             if r.status_code != 503:
@@ -108,7 +113,12 @@ def pd():
     common = ["--host", "127.0.0.1", "--disaggregation-transfer-backend", "mooncake", "--r3-default-routing", "main"]
     pre = ServerProcess([*common, "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port",
                          str(bootstrap)], env=MOONCAKE_ENV)
-    dec = ServerProcess([*common, "--disaggregation-mode", "decode"], env=MOONCAKE_ENV)
+    # The decode engine retracts running requests (SGLang's own switch, every RETRACT_EVERY-th forward) and backs
+    # their KV up into CPU tensors: a resumed request's KV comes back into new slots with no forward, and its rows
+    # must follow. cpu_tensor, not the default host_pool: SGLang sizes a host pool after a 10 GiB reserve of host
+    # memory (mem_cache/pool_host/base.py), which a small CI machine does not have; our hooks are the same for both.
+    dec = ServerProcess([*common, "--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup",
+                         "cpu_tensor"], env={**MOONCAKE_ENV, **RETRACT_ENV})
     gw = ChildProcess()
     try:
         pre.start()
@@ -127,9 +137,9 @@ def pd():
         pre.stop()
 
 
-def _plain(url: str, ids) -> dict:
+def _plain(url: str, ids, new: int = NEW) -> dict:
     r = httpx.post(url + "/generate", json={"input_ids": ids, "return_routed_experts": True,
-                                            "sampling_params": {"max_new_tokens": NEW, "temperature": 0}},
+                                            "sampling_params": {"max_new_tokens": new, "temperature": 0}},
                    timeout=TIMEOUT)
     assert r.status_code == 200, r.text
     return r.json()
@@ -141,8 +151,28 @@ def test_concurrent_requests_through_the_pd_gateway_carry_the_unified_servers_ro
         got = list(ex.map(pd.by_gateway, PROMPTS))
     for i, (g, w, p) in enumerate(zip(got, want, PROMPTS)):
         assert "routing" in g["meta_info"], g["meta_info"]  # the decode engine's default routing (main)
-        # The decode engine's record: every row, the prompt's (computed on the prefill engine) included.
+        # The decode engine's record: every row, the prompt's (computed on the prefill engine) included, across
+        # the retractions below.
         assert_main_rows_equal_plain_sglang(g, w, len(p), what=f"prompt {i} through the PD gateway")
+
+
+def test_requests_the_decode_engine_retracts_and_resumes_keep_their_rows(pd, plain_server):
+    """Longer completions, all at once: the decode engine's batch holds several requests when SGLang's switch
+    retracts (it never retracts the last one of a batch), and each resumed request's KV comes back from its backup
+    into new slots."""
+    prompts = [p + list(f" #{k}".encode()) for k in range(2) for p in PROMPTS]
+    want = [_plain(plain_server, p, LONG) for p in prompts]
+    before = _retracted(pd.dec)
+    with ThreadPoolExecutor(len(prompts)) as ex:
+        got = list(ex.map(lambda p: pd.by_gateway(p, LONG), prompts))
+    assert _retracted(pd.dec) > before, f"the decode engine retracted nothing:\n{pd.dec.log_tail()}"
+    for i, (g, w, p) in enumerate(zip(got, want, prompts)):
+        assert_main_rows_equal_plain_sglang(g, w, len(p), what=f"prompt {i}, retractions on the decode engine")
+
+
+def _retracted(proc: ServerProcess) -> int:
+    """Requests SGLang's decode engine has retracted so far (its log's line for each forced retraction)."""
+    return sum(int(n) for n in re.findall(r"Testing retraction\. #retracted_reqs: (\d+)", proc.log_path.read_text()))
 
 
 def test_the_decode_engines_upstream_field_and_a_second_turn_from_routing_start(pd, plain_server):

@@ -228,8 +228,11 @@ _QWEN3_OMNI_MOE = CheckpointSpec(
                               output_dim=text["hidden_size"], downsample_hidden_size=16))),
     layers_of=lambda m: list(m.thinker.model.layers),
     forward_of=lambda m: m.thinker,
-    # a sampled image / video / audio placeholder with no media behind it: transformers finds no features for it
-    not_sampled=tuple(QWEN_OMNI_IDS[k] for k in ("image_token_id", "video_token_id", "audio_token_id")),
+    # a sampled image / video / audio placeholder with no media behind it: transformers finds no features for it; a
+    # sampled <|audio_start|>: the thinker's get_rope_index counts every one over prompt + completion as an audio
+    # segment and reads audio_seqlens for it (None: TypeError, 1 sampled response in CI), where SGLang's is text
+    not_sampled=tuple(QWEN_OMNI_IDS[k] for k in ("image_token_id", "video_token_id", "audio_token_id",
+                                                  "audio_start_token_id")),
     experts_topk=lambda c: (c.thinker_config.text_config.num_experts, c.thinker_config.text_config.num_experts_per_tok),
     extra_files=lambda folder: _qwen3_omni_processor(folder),
 )

@@ -83,6 +83,9 @@ class DeferredRows:
     # KV moves made after this forward in the same step (tree drafting moves accepted verify
     # tokens' KV): applied after the rows land, in order.
     moves: list = field(default_factory=list)
+    # Host-side row work queued after this forward in the same step (a PD decode engine's retraction keeps and puts
+    # back a request's rows, patches/pd_rows.py): run after the rows land and the moves, in order.
+    then: list = field(default_factory=list)
 
     def map_device_tensors(self, fn):
         self.loc = fn(self.loc)
@@ -95,6 +98,8 @@ class DeferredRows:
         cap._store(self.loc, self.rows)
         for src, dst in self.moves:
             cap._move(src, dst)
+        for fn in self.then:
+            fn()
         if cap._open is self:
             cap._open = None
 
@@ -317,6 +322,13 @@ class RoutingCapturer:
         self.host[dst] = self.host[src].clone()  # clone: src and dst ranges may overlap
         self.written[dst] = self.written[src].clone()
         self.stats.rows_moved += int(dst.numel())
+
+    def after_rows_land(self, fn) -> None:
+        """Run ``fn`` (host rows work) once the forward in flight has its rows on the host: now when none is."""
+        if self._open is not None:
+            self._open.then.append(fn)
+        else:
+            fn()
 
     def host_bytes_per_slot(self) -> int:
         return self.num_moe * self.topk * self.host.element_size() + self.written.element_size()

@@ -71,6 +71,7 @@ _FWD = "sglang.srt.model_executor.forward_batch_info"
 
 _PD_PREFILL = "sglang.srt.disaggregation.prefill"
 _PD_DECODE = "sglang.srt.disaggregation.decode"
+_RETRACTION_BACKUP = "(req, tree_cache, req_to_token_pool, token_to_kv_pool_allocator, backend)"
 _SETUP_STATE_KV_ARGS = ("(kv_args, token_to_kv_pool, draft_token_to_kv_pool=None, total_kv_layers=None, "
                         "req_to_token_pool=None)")
 
@@ -366,6 +367,13 @@ MANIFEST: Tuple[Touch, ...] = (
           "a decode engine's request row starts with no draft entries and its MTP wish", "(self, reqs)", R23),
     Touch(f"{_PD_DECODE}.DecodeReqToTokenPool.free", "hook:before",
           "draft entries of a decode engine's freed request row are dropped", "(self, req)", R23),
+    Touch("sglang.srt.managers.schedule_batch.backup_kv_cache", "hook:before",
+          "a decode engine's retracted request keeps its rows and marks with its KV backup",
+          _RETRACTION_BACKUP, R23),
+    Touch(f"{_PD_DECODE}.restore_kv_cache", "hook:after",
+          "a resumed request's rows and marks go to the new slots its KV is restored into", _RETRACTION_BACKUP, R23),
+    Touch("sglang.srt.managers.schedule_batch.Req", "reads", "a retracted request's tokens (its KV backup's length)",
+          attrs=("seqlen",), releases=R23),
     Touch("sglang.srt.disaggregation.utils.append_state_component", "uses",
           "registers the rows and marks as a state component (one item per KV page)",
           "(kv_args, state_type, data_ptrs, data_lens, item_lens, dim_per_tensor=None, conv_shard_groups=None, "

@@ -19,6 +19,10 @@ layer ids make the layout flat (one region per buffer; plain MHA would otherwise
 halves) and pair the two buffers on both peers. SGLang's KV layout digest (``utils.kv_layout_digest``: state types and
 item sizes) differs for a peer without our rows or with another row size, which SGLang refuses per transfer.
 
+A decode engine backs a retracted request's KV up and restores it into new slots with no forward (SGLang's
+``--disaggregation-decode-retraction-backup``, ``host_pool`` or ``cpu_tensor``): its rows and marks are kept and put
+back with it, after any forward in flight has landed its rows.
+
 The decode engine's request rows come from ``DecodeReqToTokenPool``, not a ``ReqToTokenPool``: the MTP opt-in of a row
 (patches/draft.py's hooks on ``ReqToTokenPool.alloc`` / ``free_rows``) is noted on it too.
 """
@@ -37,6 +41,7 @@ ROW_LAYER_IDS = [1_000_000, 1_000_001]  # pair the two entries on both peers (un
 
 _PREFILL = "sglang.srt.disaggregation.prefill"
 _DECODE = "sglang.srt.disaggregation.decode"
+_SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
 
 
 class RowsCarrierTaken(RuntimeError):
@@ -83,6 +88,49 @@ def drop_drafts_of_freed_decode_request(self, req, *args, **kwargs):
     return None
 
 
+def keep_rows_of_retracted_request(req, tree_cache, req_to_token_pool, token_to_kv_pool_allocator, backend, *args, **kwargs):
+    """Before a decode engine backs a retracted request's KV up (``mem_cache.common.backup_kv_cache``, called by
+    ``schedule_batch.release_req`` in decode mode only): keep its rows and marks. SGLang copies the KV of its first
+    ``seqlen - 1`` tokens out (``cpu_tensor``: ``Req.offload_kv_cache``; ``host_pool``:
+    ``UnifiedRadixCache._retraction_device_transfers``) and back into new slots on resume with no forward, so the
+    rows must follow, or the new slots would serve whatever the marks there say (another request's rows)."""
+    cap = _capturer()
+    n = int(req.seqlen) - 1
+    if cap is None or n <= 0 or backend not in ("cpu_tensor", "host_pool"):
+        return None
+    import torch
+
+    # One small device->host read at retraction, beside SGLang's own KV copy out (not on the forward path).
+    slots = req_to_token_pool.req_to_token[release.req_pool_idx(req), :n].to("cpu", torch.int64)
+    kept = {"n": n}
+    req._r3_retracted_rows = kept
+    # The forward in flight (overlap scheduler) may still be bringing this request's last row to the host.
+    cap.after_rows_land(lambda: kept.update(rows=cap.host[slots], marks=cap.written[slots]))
+    return None
+
+
+def put_back_rows_of_resumed_request(result, req, tree_cache, req_to_token_pool, token_to_kv_pool_allocator, backend, *args,
+                                     **kwargs):
+    """After SGLang restores a resumed request's KV into its new slots (``restore_kv_cache``): its rows and marks
+    go to the same slots; a forward in flight that still writes there (a finished request's redundant forward,
+    as SGLang's ``resume_retracted_reqs`` notes) lands first."""
+    kept = getattr(req, "_r3_retracted_rows", None)
+    cap = _capturer()
+    if kept is None or cap is None:
+        return result
+    del req._r3_retracted_rows
+    import torch
+
+    slots = req_to_token_pool.req_to_token[release.req_pool_idx(req), : kept["n"]].to("cpu", torch.int64)
+
+    def put_back():
+        cap.host[slots] = kept["rows"]
+        cap.written[slots] = kept["marks"]
+
+    cap.after_rows_land(put_back)
+    return result
+
+
 def install_pd_patches() -> None:  # called once, by install_capture_patches (0.5.23)
     from sglang_r3.serving.patches.draft import start_rows_without_drafts
 
@@ -90,3 +138,5 @@ def install_pd_patches() -> None:  # called once, by install_capture_patches (0.
     register(f"{_DECODE}.setup_state_kv_args", append_capture_rows, "after")
     register(f"{_DECODE}.DecodeReqToTokenPool.alloc", start_rows_without_drafts, "after")
     register(f"{_DECODE}.DecodeReqToTokenPool.free", drop_drafts_of_freed_decode_request, "before")
+    register(f"{_SCHEDULE_BATCH}.backup_kv_cache", keep_rows_of_retracted_request, "before")
+    register(f"{_DECODE}.restore_kv_cache", put_back_rows_of_resumed_request, "after")
