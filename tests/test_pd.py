@@ -1,5 +1,6 @@
-"""PD disaggregation served exactly: a prefill engine and a decode engine (our launcher, EAGLE MTP on both, KV over
-Mooncake's TCP transport) behind SGLang's gateway in PD mode, against a unified server of plain SGLang.
+"""PD disaggregation served exactly: a prefill engine (SGLang's own launcher with ``SGLANG_R3_ENABLED=1``, chunked
+prefill) and a decode engine (our launcher), EAGLE MTP on both, KV over Mooncake's TCP transport, behind SGLang's
+gateway in PD mode, against a unified server of plain SGLang.
 
 The prompt's rows travel with its KV (sglang_r3/serving/patches/pd_rows.py), so the decode engine's record holds
 the rows the prefill engine's target forward wrote. The reference is plain SGLang's own capturer on a unified server
@@ -33,7 +34,9 @@ import pytest
 from sglang_r3.core.record import RoutingRecord
 from sglang_r3.serving.fleet.gateway import free_port
 from tests.routing_http import TIMEOUT
+from sglang_r3.dev.embedded import default_speculative_flags
 from tests.servers import ChildProcess, ServerProcess, assert_main_rows_equal_plain_sglang, plain_rows
+from tests.test_launch_paths import OPT_IN, SGLangCliServer, _cli_args
 
 pytestmark = pytest.mark.server
 
@@ -41,6 +44,7 @@ MOONCAKE_ENV = {"MOONCAKE_PROTOCOL": "tcp", "MC_FORCE_TCP": "1"}
 PROMPTS = [list(b"The capital of France is"), list(b"1 2 3 4 5 6 7 8"),
            list(b"Once upon a time, in a small village by the sea, there")]
 NEW = 10
+CHUNK = 16  # the prefill engine's --chunked-prefill-size: every prompt here but "1 2 3 4 5 6 7 8" spans chunks
 LONG = 48  # a retraction test's completions: long enough that the decode engine's batch holds several requests
 RETRACT_EVERY = 3
 RETRACT_ENV = {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": str(RETRACT_EVERY)}
@@ -106,13 +110,17 @@ class Pair:
 
 @pytest.fixture(scope="module")
 def pd():
-    """Prefill + decode engines (our launcher; the embedded model's default: EAGLE MTP on) and sglang-router in PD
-    mode, started here and stopped after the module."""
+    """Prefill + decode engines (the embedded model's default: EAGLE MTP on) and sglang-router in PD mode, started
+    here and stopped after the module."""
     _require_mooncake()
     bootstrap = free_port()
     common = ["--host", "127.0.0.1", "--disaggregation-transfer-backend", "mooncake", "--r3-default-routing", "main"]
-    pre = ServerProcess([*common, "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port",
-                         str(bootstrap)], env=MOONCAKE_ENV)
+    assert common[2:4] == ["--disaggregation-transfer-backend", "mooncake"]
+    # The prefill engine on SGLang's own launcher (SGLANG_R3_ENABLED=1, the flags our launcher would add spelled
+    # out), chunked: a prompt longer than CHUNK tokens is prefilled in chunks, and its rows travel with the last one.
+    pre = SGLangCliServer(_cli_args([*default_speculative_flags(), *common[2:4], "--disaggregation-mode", "prefill",
+                                     "--disaggregation-bootstrap-port", str(bootstrap), "--chunked-prefill-size",
+                                     str(CHUNK)]), env={**MOONCAKE_ENV, **OPT_IN})
     # The decode engine retracts running requests (SGLang's own switch, every RETRACT_EVERY-th forward) and backs
     # their KV up into CPU tensors: a resumed request's KV comes back into new slots with no forward, and its rows
     # must follow. cpu_tensor, not the default host_pool: SGLang sizes a host pool after a 10 GiB reserve of host
@@ -154,6 +162,9 @@ def test_concurrent_requests_through_the_pd_gateway_carry_the_unified_servers_ro
         # The decode engine's record: every row, the prompt's (computed on the prefill engine) included, across
         # the retractions below.
         assert_main_rows_equal_plain_sglang(g, w, len(p), what=f"prompt {i} through the PD gateway")
+    # The prefill engine prefilled in chunks (SGLang's log line for each prefill batch).
+    chunks = re.findall(r"Prefill batch, .*#new-token: (\d+),", pd.pre.log_path.read_text())
+    assert str(CHUNK) in chunks, f"no chunk of {CHUNK} tokens on the prefill engine: {chunks}"
 
 
 def test_requests_the_decode_engine_retracts_and_resumes_keep_their_rows(pd, plain_server):
