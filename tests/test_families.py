@@ -501,6 +501,37 @@ def _compare_rows(name, mode, url, out, want, T, trace) -> np.ndarray:
     return got
 
 
+@pytest.mark.parametrize("served", groups("step3p5"), indirect=True)
+def test_step3p5_is_served_with_the_window_sglang_attends_one_key_longer_than_published(served):
+    """SGLang's step3p5.py attends sliding_window + 1 keys, the release's modeling code and transformers' Step3p7
+    sliding_window (tests/family_specs/published.py, STEP3P5_SGLANG_WINDOW_EXTRA): the flipped checkpoint's window (4)
+    is shorter than its sequences, its rows equal transformers' at the window SGLang attends (the family's oracle,
+    test_captured_rows_are_transformers_router_topk) and differ at the published one. If SGLang comes to attend the
+    published window, this fails: drop the extra key from the oracle."""
+    from tests.family_specs.published import _step3p5_as_step3p7
+
+    name = "step3p5_flipped"
+    assert SPECS[name].config["sliding_window"] == 4
+    published = RouterTrace(with_sglang_norm_eps(name, load_transformers(
+        _step3p5_as_step3p7(build(SPECS[name]), sglang_window=False))))
+    try:
+        url = served.urls[name]
+        moe_cols = list(fetch_layout(url).moe_layer_ids)
+        prompts = [list(p.encode()) for p in PROMPTS]
+        outs = generate(url, input_ids=prompts, return_routing=True, sampling_params=_sampling(name, "greedy"))
+        differ = pairs = 0
+        for prompt, out in zip(prompts, outs):
+            tokens = prompt + list(out["output_ids"])
+            got = np.sort(record_of(out).experts.astype(np.int64), axis=-1)
+            want = published.topk(tokens)[: len(tokens) - 1]
+            assert got.shape == want.shape and len(moe_cols) == got.shape[1]
+            differ += int((got != want).any(axis=-1).sum())
+            pairs += got.shape[0] * got.shape[1]
+        assert differ > 0, f"all {pairs} (token, layer) pairs equal transformers' at the published window"
+    finally:
+        published.close()
+
+
 def _qwen3_with_a_dense_layer() -> CheckpointSpec:
     base = SPECS["qwen3_moe"]
     return CheckpointSpec("qwen3_moe_mlp_only", base.config_class, base.model_class,

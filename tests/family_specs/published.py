@@ -361,17 +361,29 @@ def _step3p5_as_published(folder: Path) -> None:
     path.write_text(json.dumps(step3p5_published_config(saved["text_config"]), indent=2, sort_keys=True))
 
 
-def _step3p5_as_step3p7(path: Path) -> Path:
+# Step-3.5's sliding window: SGLang 0.5.23's (and 0.5.15's) step3p5.py hands config.sliding_window to its attention
+# as the keys before the query (window + 1 keys: the torch-native mask keeps k >= q - window; gemma3_causal.py and
+# gpt_oss.py pass sliding_window - 1 for that reason); the release's modeling_step3p5.py and transformers' Step3p7
+# mask to sliding_window keys (create_sliding_window_causal_mask). An upstream difference, past the window only:
+# served as SGLang computes it (refusing it refuses the published model); the oracle reads the window SGLang attends
+# (sglang_window), and tests/test_families.py pins that the published window gives other rows.
+STEP3P5_SGLANG_WINDOW_EXTRA = 1
+
+
+def _step3p5_as_step3p7(path: Path, sglang_window: bool = True) -> Path:
     """The oracle's copy of a Step-3.5 checkpoint: its config.json as the text_config of a Step3p7Config (transformers
     reads the published keys itself) beside a vision tower it never feeds, its tensors linked (transformers'
-    conversion mapping for step3p7 reads the Hub's names), written once."""
-    out = path.with_name(path.name + ".as-step3p7")
+    conversion mapping for step3p7 reads the Hub's names), written once. ``sglang_window``: the window SGLang's
+    step3p5.py attends (STEP3P5_SGLANG_WINDOW_EXTRA), else the published one."""
+    out = path.with_name(path.name + (".as-step3p7" if sglang_window else ".as-step3p7-published-window"))
     if (out / "config.json").is_file():
         return out
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     text = json.loads((path / "config.json").read_text())
+    if sglang_window and text.get("sliding_window") is not None:
+        text["sliding_window"] += STEP3P5_SGLANG_WINDOW_EXTRA
     cfg = {"architectures": ["Step3p7ForConditionalGeneration"], "model_type": "step3p7", "text_config": text,
            "vision_config": STEP3P7_VISION, "tie_word_embeddings": text.get("tie_word_embeddings", False)}
     (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))

@@ -774,7 +774,8 @@ FLIPPED: Dict[str, Dict[str, Any]] = {
     # rope_theta / partial_rotary_factors), clamped SwiGLU in the dense MLP and the shared experts (layers 0, 1, 3),
     # the routed output scaled, another dense layer (2, not 0), the routed experts' SwiGLU clamped in every MoE layer
     # (on the CPU runtime by its step3p5 port, as SGLang's CUDA runner)
-    "step3p5": dict(rms_norm_eps=0.1, moe_router_scaling_factor=2.0, swiglu_limits=[0.002, 0.002, 0, 0.002],
+    # a window shorter than every test sequence (SGLang attends one key more: published.STEP3P5_SGLANG_WINDOW_EXTRA)
+    "step3p5": dict(rms_norm_eps=0.1, moe_router_scaling_factor=2.0, sliding_window=4, swiglu_limits=[0.002, 0.002, 0, 0.002],
                     swiglu_limits_shared=[0.05, 0.05, 0, 0.05], mlp_layer_types=["sparse", "sparse", "dense", "sparse"],
                     rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
                                      "sliding_attention": {"rope_type": "default", "rope_theta": 50000.0,

@@ -219,14 +219,13 @@ _STEP3P5_REQUIRED = {
     "need_fp32_gate": (True, "step3p5.py Step3p5MoEMLP"),
 }
 
-# SGLang's torch_native attention (and its GPU backends) keep sliding_window + 1 keys (k >= q - sliding_window;
-# step3p5.py passes config.sliding_window as the window, gpt_oss.py sliding_window - 1), transformers' mask
-# sliding_window keys (q - k < sliding_window): served with a window shorter than the sequence, the rows would differ
-# by one token of context. The served checkpoints' window is longer than every test sequence.
-_STEP3P5_WINDOW = ("not proven: SGLang 0.5.23's step3p5.py hands sliding_window to its attention as the window "
-                   "(sliding_window + 1 keys), transformers' Step3p7 masks to sliding_window keys; the served "
-                   "checkpoints' window (64) is longer than every test sequence. A decision is due: refusing it would "
-                   "refuse the published Step-3.5-Flash")
+# sliding_window: SGLang's step3p5.py (0.5.23 and 0.5.15.post1) hands config.sliding_window to its attention as the
+# keys before the query, so it attends sliding_window + 1 keys (torch_native keeps k >= q - window; gemma3_causal.py and
+# gpt_oss.py pass sliding_window - 1), where the release's modeling_step3p5.py and transformers' Step3p7 mask to
+# sliding_window keys. An upstream difference past the window, served as SGLang computes it (the rows are what its
+# forward routed; refusing the key would refuse the published Step-3.5-Flash). Proven as SGLang reads it: the flipped
+# checkpoint's window (4) is shorter than every test sequence and its rows equal transformers' at window + 1; the
+# published window's rows differ (tests/test_families.py pins both; tests/family_specs/published.py).
 
 # num_sliding_attention_heads is ruled (refused where it disagrees with attention_other_setting), not proven: a
 # sliding-attention head count other than num_attention_heads stops SGLang 0.5.23's own config parsing with
@@ -252,13 +251,13 @@ KEYS: Dict[str, Keys] = {
                                                  "(use_head_wise_attn_gate), transformers per element otherwise")},
         proven=_SHAPES + ("head_dim", "n_routed_experts", "num_experts_per_tok", "share_expert_dim", "layer_types",
                           "mlp_layer_types", "rms_norm_eps", "rope_parameters",
-                          "moe_router_scaling_factor", "swiglu_limits_shared", "swiglu_limits"),
+                          "moe_router_scaling_factor", "swiglu_limits_shared", "swiglu_limits", "sliding_window"),
         irrelevant={"hidden_act": "transformers' Step3p7TextConfig sets it to silu whatever the file says "
                                   "(__post_init__); SGLang's step3p5.py builds SiLU"},
         # swiglu_limits: the CPU runtime clamps the routed experts as SGLang's CUDA runner (cpu/step3p5.py, held to
         # transformers' Step3p7Experts in tests/test_cpu_step3p5.py); the flipped checkpoint serves a clamp of 0.002
-        # with equal rows, though its routed experts move the logits too little for that forward alone to tell
-        pending={"sliding_window": _STEP3P5_WINDOW},
+        # with equal rows, though its routed experts move the logits too little for that forward alone to tell;
+        # sliding_window as SGLang attends it (window + 1 keys: above)
     ),
 }
 
