@@ -136,7 +136,7 @@ def pd():
         port = free_port()
         gw.spawn([sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation", "--host", "127.0.0.1",
                   "--port", str(port), "--prefill", pre.url, str(bootstrap), "--decode", dec.url,
-                  "--policy", "round_robin"], "sglang-router-pd-")
+                  "--policy", "round_robin", "--prometheus-port", str(free_port())], "sglang-router-pd-")
         _wait(gw, f"http://127.0.0.1:{port}/health", lambda r: True, timeout=120)
         yield Pair(pre, dec, bootstrap, f"http://127.0.0.1:{port}")
     finally:

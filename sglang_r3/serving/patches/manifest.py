@@ -381,8 +381,9 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.disaggregation.base.conn.StateType", "uses",
           "BLOCK_SCALE: the state type whose payload is the request's full KV page ids, the rows' carrier",
           attrs=("BLOCK_SCALE",), releases=R23),
-    Touch("sglang.srt.disaggregation.base.conn.KVArgs", "reads", "the state components set up so far",
-          attrs=("state_types", "state_layer_ids"), releases=R23),
+    Touch("sglang.srt.disaggregation.base.conn.KVArgs", "reads", "the state components set up so far; the KV's "
+          "item sizes (logged beside the rows')", attrs=("state_types", "state_layer_ids", "kv_item_lens"),
+          releases=R23),
     Touch(f"{_MEMORY_POOL}.KVCache", "reads", "the KV page size (one transfer item per page)", attrs=("page_size",),
           releases=R23),
     # -- CPU runtime (patches/cpu/) -------------------------------------------------------------------------

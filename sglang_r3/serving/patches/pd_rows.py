@@ -77,7 +77,11 @@ def append_capture_rows(result, kv_args, token_to_kv_pool, *args, **kwargs):
         [row * page, mark * page],
         layer_ids=list(ROW_LAYER_IDS),
     )
-    logger.info("sglang-r3 PD: the capture rows travel with the KV transfer (%d B per KV slot)", row + mark)
+    # SGLang's own KV items (one per page and layer buffer) beside ours: what the rows add to a request's transfer
+    # (benchmarks/pd_cost.py reads this line).
+    kv_bytes = sum(int(n) for n in kv_args.kv_item_lens) // page
+    logger.info("sglang-r3 PD: the capture rows travel with the KV transfer (%d B per KV slot; the KV: %d B per KV "
+                "slot)", row + mark, kv_bytes)
     return result
 
 
