@@ -34,10 +34,19 @@ def _default_routing() -> Any:
     return _DEFAULT_ROUTING.get(settings.current().default_routing or "")
 
 
+def _pd_decode_engine() -> bool:
+    return getattr(tokenizer_manager().server_args, "disaggregation_mode", None) == "decode"
+
+
 def parse_routing_options(body: Dict[str, Any]) -> RoutingOptions:
     defaulted = False
     if "return_routing" not in body and not body.get("return_routed_experts") and (d := _default_routing()):
         body, defaulted = {**body, "return_routing": d}, True
+    elif "return_routing" not in body and "return_routed_experts" not in body and _pd_decode_engine():
+        # Behind sglang-router in PD mode no request can ask: the gateway forwards neither field (slime's rollout
+        # sends return_routed_experts=True through it). A decode engine with no default routing answers upstream's
+        # field unasked, the rows the request's sample needs; a client that asks the engine directly still decides.
+        body = {**body, "return_routed_experts": True}
     try:
         opts = RoutingOptions.model_validate(body)
     except ValidationError as e:

@@ -6,10 +6,11 @@ The prompt's rows travel with its KV (sglang_r3/serving/patches/pd_rows.py), so 
 the rows the prefill engine's target forward wrote. The reference is plain SGLang's own capturer on a unified server
 (``plain_server``: no sglang-r3, spec off) on the same greedy prompts: output tokens equal, our record's main rows
 equal its rows at the MoE layers, and upstream's ``routed_experts`` on the decode engine equal its field byte for
-byte. Requests go through ``sglang-router`` 0.3.2 ``--pd-disaggregation`` (concurrently), and by hand as the
-gateway sends them (the same body with the bootstrap fields to both engines at once) where a field the gateway
-drops is needed: ``return_routed_experts``, ``routing_start`` (a second turn that reuses the first turn's KV on the
-prefill engine), and the MTP section, which the decode engine refuses by name (``mtp_drafted_on_prefill``: the
+byte. Requests go through ``sglang-router`` 0.3.2 ``--pd-disaggregation`` (concurrently, as slime's rollout sends
+them: the gateway forwards no routing field in PD mode, and a decode engine with no default routing answers
+upstream's field unasked), and by hand as the gateway sends them (the same body with the bootstrap fields to both
+engines at once) where a field the gateway drops is needed: ``return_routed_experts`` asked explicitly,
+``routing_start`` (a second turn that reuses the first turn's KV on the prefill engine), and the MTP section, which the decode engine refuses by name (``mtp_drafted_on_prefill``: the
 first round's drafts ran on the prefill engine) while main rows stay exact. The decode engine retracts running
 requests (SGLang's ``SGLANG_TEST_RETRACT``) and restores their KV from its backup: their rows follow it.
 
@@ -85,7 +86,11 @@ class Pair:
         self.pre, self.dec, self.bootstrap, self.gateway = pre, dec, bootstrap, gateway
 
     def by_gateway(self, ids, new: int = NEW) -> dict:
-        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": new, "temperature": 0}}
+        """slime's rollout request (``sglang_rollout.py``: return_routed_experts under --use-rollout-routing-replay)
+        through the gateway, which forwards neither routing field in PD mode (sglang-router 0.3.2: seen); the decode
+        engine answers upstream's field unasked (server/request.py)."""
+        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": new, "temperature": 0},
+                "return_logprob": True, "return_routed_experts": True}
         for _ in range(60):  # the gateway answers 503 until its health checks admit both workers
             r = httpx.post(self.gateway + "/generate", json=body, timeout=TIMEOUT)
             if r.status_code != 503:
@@ -114,7 +119,8 @@ def pd():
     here and stopped after the module."""
     _require_mooncake()
     bootstrap = free_port()
-    common = ["--host", "127.0.0.1", "--disaggregation-transfer-backend", "mooncake", "--r3-default-routing", "main"]
+    # No default routing: as slime runs its engines (SGLANG_R3_ENABLED=1, --enable-return-routed-experts).
+    common = ["--host", "127.0.0.1", "--disaggregation-transfer-backend", "mooncake"]
     assert common[2:4] == ["--disaggregation-transfer-backend", "mooncake"]
     # The prefill engine on SGLang's own launcher (SGLANG_R3_ENABLED=1, the flags our launcher would add spelled
     # out), chunked: a prompt longer than CHUNK tokens is prefilled in chunks, and its rows travel with the last one.
@@ -158,9 +164,9 @@ def test_concurrent_requests_through_the_pd_gateway_carry_the_unified_servers_ro
     with ThreadPoolExecutor(len(PROMPTS)) as ex:
         got = list(ex.map(pd.by_gateway, PROMPTS))
     for i, (g, w, p) in enumerate(zip(got, want, PROMPTS)):
-        assert "routing" in g["meta_info"], g["meta_info"]  # the decode engine's default routing (main)
-        # The decode engine's record: every row, the prompt's (computed on the prefill engine) included, across
-        # the retractions below.
+        assert "routed_experts" in g["meta_info"], sorted(g["meta_info"])  # what slime's Sample reads
+        # Upstream's field from the decode engine: every row, the prompt's (computed on the prefill engine)
+        # included, byte for byte plain SGLang's.
         assert_main_rows_equal_plain_sglang(g, w, len(p), what=f"prompt {i} through the PD gateway")
     # The prefill engine prefilled in chunks (SGLang's log line for each prefill batch).
     chunks = re.findall(r"Prefill batch, .*#new-token: (\d+),", pd.pre.log_path.read_text())
@@ -192,6 +198,9 @@ def test_the_decode_engines_upstream_field_and_a_second_turn_from_routing_start(
     want = _plain(plain_server, first)
     assert_main_rows_equal_plain_sglang(dec, want, len(first), what="first turn on the decode engine")
     assert dec["meta_info"]["routed_experts"] == want["meta_info"]["routed_experts"]
+    # A body with no routing field (what the gateway forwards): upstream's field all the same.
+    _, bare = pd.by_hand(first)
+    assert bare["meta_info"].get("routed_experts") == want["meta_info"]["routed_experts"], sorted(bare["meta_info"])
     # The second turn: the first turn's prompt and completion plus new text (its prefix is in the prefill engine's
     # cache), rows from the new turn's first token on.
     second = first + dec["output_ids"] + list(b" and then")
