@@ -39,7 +39,13 @@ from sglang_r3.dev.embedded import default_speculative_flags
 from tests.servers import ChildProcess, ServerProcess, assert_main_rows_equal_plain_sglang, plain_rows
 from tests.test_launch_paths import OPT_IN, SGLangCliServer, _cli_args
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.release]
+
+
+def _release() -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version("sglang")
 
 MOONCAKE_ENV = {"MOONCAKE_PROTOCOL": "tcp", "MC_FORCE_TCP": "1"}
 PROMPTS = [list(b"The capital of France is"), list(b"1 2 3 4 5 6 7 8"),
@@ -129,10 +135,11 @@ def pd():
                                      str(CHUNK)]), env={**MOONCAKE_ENV, **OPT_IN})
     # The decode engine retracts running requests (SGLang's own switch, every RETRACT_EVERY-th forward) and backs
     # their KV up into CPU tensors: a resumed request's KV comes back into new slots with no forward, and its rows
-    # must follow. cpu_tensor, not the default host_pool: SGLang sizes a host pool after a 10 GiB reserve of host
+    # must follow. cpu_tensor, not 0.5.23's default host_pool: SGLang sizes a host pool after a 10 GiB reserve of host
     # memory (mem_cache/pool_host/base.py), which a small CI machine does not have; our hooks are the same for both.
-    dec = ServerProcess([*common, "--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup",
-                         "cpu_tensor"], env={**MOONCAKE_ENV, **RETRACT_ENV})
+    # 0.5.15.post1 has CPU copies only (Req.offload_kv_cache), and no such flag.
+    backup = [] if _release() == "0.5.15.post1" else ["--disaggregation-decode-retraction-backup", "cpu_tensor"]
+    dec = ServerProcess([*common, "--disaggregation-mode", "decode", *backup], env={**MOONCAKE_ENV, **RETRACT_ENV})
     gw = ChildProcess()
     try:
         pre.start()

@@ -284,23 +284,14 @@ def test_deepep_set_by_sglang_resolution_is_checked_on_the_resolved_view_and_acc
 
 
 @pytest.mark.parametrize("mode", ["prefill", "decode"])
-def test_pd_disaggregation_with_mooncake_is_served_on_0_5_23_and_refused_on_0_5_15(sglang_args, mode):
-    # Served on 0.5.23: the prompt's rows travel with its KV (patches/pd_rows.py; tests/test_pd.py serves a pair).
-    from sglang_r3.serving.patches import release
-
-    flags = ["--disaggregation-mode", mode, "--disaggregation-transfer-backend", "mooncake"]
-    if release.is_0_5_15():
-        _assert_only_flag(_refusal(sglang_args, flags), f"--disaggregation-mode {mode}", "0.5.23", "0.5.15.post1")
-    else:
-        _check(sglang_args, flags)
+def test_pd_disaggregation_with_mooncake_is_served(sglang_args, mode):
+    # Served on both releases: the prompt's rows travel with its KV (patches/pd_rows.py; tests/test_pd.py serves a
+    # pair).
+    _check(sglang_args, ["--disaggregation-mode", mode, "--disaggregation-transfer-backend", "mooncake"])
 
 
 @pytest.mark.parametrize("backend", ["nixl", "fake"])
 def test_pd_disaggregation_with_another_transfer_backend_is_refused_naming_it(sglang_args, backend):
-    from sglang_r3.serving.patches import release
-
-    if release.is_0_5_15():
-        return  # PD itself is refused there (above)
     err = _refusal(sglang_args, ["--disaggregation-mode", "decode", "--disaggregation-transfer-backend", backend])
     _assert_only_flag(err, f"--disaggregation-transfer-backend {backend}", "mooncake")
 
@@ -309,8 +300,8 @@ def test_pd_disaggregation_with_an_mxfp8_kv_cache_is_refused_naming_it(sglang_ar
     # An MXFP8 KV pool sends its block scales as the KV transfer's block_scale component: the rows' carrier.
     from sglang_r3.serving.patches import release
 
-    if release.is_0_5_15():
-        return
+    if release.pd_rows_carrier().state_type != "BLOCK_SCALE":
+        return  # 0.5.15.post1: the rows ride another state type, which no KV cache dtype takes
     flags = ["--disaggregation-mode", "prefill", "--disaggregation-transfer-backend", "mooncake",
              "--kv-cache-dtype", "mxfp8"]
     err = _refusal(sglang_args, flags)

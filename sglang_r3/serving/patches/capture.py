@@ -373,10 +373,10 @@ def install_capture_patches() -> None:
     from sglang_r3.serving.patches.draft import install_draft_patches
 
     install_draft_patches()
-    if not release.is_0_5_15():  # PD disaggregation: the prompt's rows travel with its KV (patches/pd_rows.py)
-        from sglang_r3.serving.patches.pd_rows import install_pd_patches
+    # PD disaggregation: the prompt's rows travel with its KV (patches/pd_rows.py)
+    from sglang_r3.serving.patches.pd_rows import install_pd_patches
 
-        install_pd_patches()
+    install_pd_patches()
     # A model fix, beside capture because it acts where the scheduler builds the model (patches/gemma4_vision.py)
     from sglang_r3.serving.patches.gemma4_vision import install_gemma4_vision_patch
 

@@ -72,6 +72,7 @@ _FWD = "sglang.srt.model_executor.forward_batch_info"
 _PD_PREFILL = "sglang.srt.disaggregation.prefill"
 _PD_DECODE = "sglang.srt.disaggregation.decode"
 _RETRACTION_BACKUP = "(req, tree_cache, req_to_token_pool, token_to_kv_pool_allocator, backend)"
+_RETRACTION_COPY = "(self, req_to_token_pool, token_to_kv_pool_allocator)"
 _SETUP_STATE_KV_ARGS = ("(kv_args, token_to_kv_pool, draft_token_to_kv_pool=None, total_kv_layers=None, "
                         "req_to_token_pool=None)")
 
@@ -137,12 +138,15 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch("sglang.srt.configs.hybrid_arch.mambaish_config", "uses",
           "start-up, CPU only: whether a model has linear-attention layers (SGLang's own test: it picks the hybrid "
           "attention backend by it)", "(model_config)", R23),
-    Touch("sglang.srt.managers.schedule_batch.Req", "reads", "a finished request's tokens and its KV row",
+    Touch("sglang.srt.managers.schedule_batch.Req", "reads", "a finished request's tokens and its KV row; a PD "
+          "decode engine's retracted request's tokens (seqlen: its KV backup's length)",
           attrs=("rid", "return_routed_experts", "origin_input_ids", "output_ids_through_stop", "routed_experts_start_len",
-                 "routed_experts", "kv", "sampling_params", "finished", "multimodal_inputs"), releases=R23),
-    Touch("sglang.srt.managers.schedule_batch.Req", "reads", "a finished request's tokens and its KV row",
+                 "routed_experts", "kv", "sampling_params", "finished", "multimodal_inputs", "seqlen"), releases=R23),
+    Touch("sglang.srt.managers.schedule_batch.Req", "reads", "a finished request's tokens and its KV row; a PD "
+          "decode engine's retracted request's tokens (seqlen: its KV backup's length)",
           attrs=("rid", "return_routed_experts", "origin_input_ids", "output_ids_through_stop", "routed_experts_start_len",
-                 "routed_experts", "req_pool_idx", "sampling_params", "finished", "multimodal_inputs"), releases=R15),
+                 "routed_experts", "req_pool_idx", "sampling_params", "finished", "multimodal_inputs", "seqlen"),
+          releases=R15),
     Touch("sglang.srt.managers.scheduler_components.batch_result_processor.SchedulerBatchResultProcessor", "reads",
           "the request-to-token table at collect", attrs=("req_to_token_pool",), releases=R23),
     Touch(_SCHED, "reads", "requests held, for /routing/stats", attrs=("running_batch", "waiting_queue")),
@@ -358,34 +362,40 @@ MANIFEST: Tuple[Touch, ...] = (
     # -- PD disaggregation (patches/pd_rows.py) -------------------------------------------------------------
     Touch(f"{_PD_PREFILL}.setup_state_kv_args", "hook:after",
           "the prefill engine's capture rows and marks become one more state component of its KV transfer; on the "
-          "CPU runtime, its Mooncake sender set to its host page-id path then (cpu/disaggregation.py)",
-          _SETUP_STATE_KV_ARGS, R23),
+          "CPU runtime (0.5.23), its Mooncake sender set to its host page-id path then (cpu/disaggregation.py)",
+          _SETUP_STATE_KV_ARGS),
     Touch(f"{_PD_DECODE}.setup_state_kv_args", "hook:after",
           "the decode engine's capture rows and marks receive the prefill engine's, page for page with the KV",
-          _SETUP_STATE_KV_ARGS, R23),
+          _SETUP_STATE_KV_ARGS),
     Touch(f"{_PD_DECODE}.DecodeReqToTokenPool.alloc", "hook:after",
-          "a decode engine's request row starts with no draft entries and its MTP wish", "(self, reqs)", R23),
+          "a decode engine's request row starts with no draft entries and its MTP wish", "(self, reqs)"),
     Touch(f"{_PD_DECODE}.DecodeReqToTokenPool.free", "hook:before",
-          "draft entries of a decode engine's freed request row are dropped", "(self, req)", R23),
+          "draft entries of a decode engine's freed request row are dropped", "(self, req)"),
     Touch("sglang.srt.managers.schedule_batch.backup_kv_cache", "hook:before",
           "a decode engine's retracted request keeps its rows and marks with its KV backup",
           _RETRACTION_BACKUP, R23),
     Touch(f"{_PD_DECODE}.restore_kv_cache", "hook:after",
           "a resumed request's rows and marks go to the new slots its KV is restored into", _RETRACTION_BACKUP, R23),
-    Touch("sglang.srt.managers.schedule_batch.Req", "reads", "a retracted request's tokens (its KV backup's length)",
-          attrs=("seqlen",), releases=R23),
+    Touch("sglang.srt.managers.schedule_batch.Req.offload_kv_cache", "hook:before",
+          "a decode engine's retracted request keeps its rows and marks with its KV's CPU copy",
+          _RETRACTION_COPY, R15),
+    Touch("sglang.srt.managers.schedule_batch.Req.load_kv_cache", "hook:after",
+          "a resumed request's rows and marks go to the new slots its KV's CPU copy is loaded into",
+          _RETRACTION_COPY, R15),
     Touch("sglang.srt.disaggregation.utils.append_state_component", "uses",
           "registers the rows and marks as a state component (one item per KV page)",
-          "(kv_args, state_type, data_ptrs, data_lens, item_lens, dim_per_tensor=None, conv_shard_groups=None, "
-          "slice_outer_counts=None, layer_ids=None)", R23),
+          {V0_5_23: "(kv_args, state_type, data_ptrs, data_lens, item_lens, dim_per_tensor=None, "
+                    "conv_shard_groups=None, slice_outer_counts=None, layer_ids=None)",
+           V0_5_15: "(kv_args, state_type, data_ptrs, data_lens, item_lens, dim_per_tensor=None)"}),
     Touch("sglang.srt.disaggregation.base.conn.StateType", "uses",
-          "BLOCK_SCALE: the state type whose payload is the request's full KV page ids, the rows' carrier",
-          attrs=("BLOCK_SCALE",), releases=R23),
+          "BLOCK_SCALE: the state type whose payload is the request's full KV page ids, the rows' carrier "
+          "(release.pd_rows_carrier)", attrs=("BLOCK_SCALE",), releases=R23),
+    Touch("sglang.srt.disaggregation.base.conn.StateType", "uses",
+          "MINIMAX_INDEX_K: the state type whose payload is the request's full KV page ids, sent flat, the rows' "
+          "carrier (release.pd_rows_carrier)", attrs=("MINIMAX_INDEX_K",), releases=R15),
     Touch("sglang.srt.disaggregation.base.conn.KVArgs", "reads", "the state components set up so far; the KV's "
-          "item sizes (logged beside the rows')", attrs=("state_types", "state_layer_ids", "kv_item_lens"),
-          releases=R23),
-    Touch(f"{_MEMORY_POOL}.KVCache", "reads", "the KV page size (one transfer item per page)", attrs=("page_size",),
-          releases=R23),
+          "item sizes (logged beside the rows')", attrs=("state_types", "state_data_ptrs", "kv_item_lens")),
+    Touch(f"{_MEMORY_POOL}.KVCache", "reads", "the KV page size (one transfer item per page)", attrs=("page_size",)),
     # -- CPU runtime (patches/cpu/) -------------------------------------------------------------------------
     Touch("sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender", "reads",
           "CPU only: set to False, so the prefill engine hands the sender its page ids as numpy (kv_to_page_indices), "

@@ -10,8 +10,10 @@ the page-indexed generic state path). The decode engine's record then holds the 
 forward wrote: the marks travel with them, so a slot the prefill engine did not capture stays unmarked on the decode
 engine (``missing_rows``), never zeros.
 
-Carrier: ``StateType.BLOCK_SCALE``, whose payload on both sides is the request's full KV page ids
-(``_full_kv_pages_payload``) and which every page-indexed transfer path sends as it sends KV. SGLang's state types are
+Carrier (``release.pd_rows_carrier``): on 0.5.23 ``StateType.BLOCK_SCALE``, whose payload on both sides is the
+request's full KV page ids (``_full_kv_pages_payload``) and which every page-indexed transfer path sends as it sends
+KV; on 0.5.15.post1 ``StateType.MINIMAX_INDEX_K``, whose payload is the same page ids (``_dsa_payload``) and which
+Mooncake sends flat (``force_flat``), used otherwise only by a MiniMax sparse index-K pool. SGLang's state types are
 a closed enum with closed payload tables, so the rows ride as a component of the one type whose payload is exactly the
 request's KV pages and which a KV pool uses only for MXFP8 block scales: ``--kv-cache-dtype mxfp8`` is refused at
 start-up (startup_checks.py), and a pool that has block scales all the same stops the transfer's set-up here. The
@@ -20,8 +22,8 @@ halves) and pair the two buffers on both peers. SGLang's KV layout digest (``uti
 item sizes) differs for a peer without our rows or with another row size, which SGLang refuses per transfer.
 
 A decode engine backs a retracted request's KV up and restores it into new slots with no forward (SGLang's
-``--disaggregation-decode-retraction-backup``, ``host_pool`` or ``cpu_tensor``): its rows and marks are kept and put
-back with it, after any forward in flight has landed its rows.
+``--disaggregation-decode-retraction-backup``, ``host_pool`` or ``cpu_tensor``; 0.5.15.post1: CPU tensors): its rows
+and marks are kept and put back with it, after any forward in flight has landed its rows.
 
 The decode engine's request rows come from ``DecodeReqToTokenPool``, not a ``ReqToTokenPool``: the MTP opt-in of a row
 (patches/draft.py's hooks on ``ReqToTokenPool.alloc`` / ``free_rows``) is noted on it too.
@@ -41,11 +43,10 @@ ROW_LAYER_IDS = [1_000_000, 1_000_001]  # pair the two entries on both peers (un
 
 _PREFILL = "sglang.srt.disaggregation.prefill"
 _DECODE = "sglang.srt.disaggregation.decode"
-_SCHEDULE_BATCH = "sglang.srt.managers.schedule_batch"
 
 
 class RowsCarrierTaken(RuntimeError):
-    """The KV pool already sends a block-scale component: the rows' carrier is taken."""
+    """The KV pool already sends a component of the carrier's state type: the rows' carrier is taken."""
 
 
 def append_capture_rows(result, kv_args, token_to_kv_pool, *args, **kwargs):
@@ -58,24 +59,26 @@ def append_capture_rows(result, kv_args, token_to_kv_pool, *args, **kwargs):
     if cap is None:
         raise RuntimeError("sglang-r3: PD disaggregation with no sglang-r3 capturer in this scheduler when its KV "
                            "transfer is set up: the prompt's rows could not travel with its KV")
-    if any(list(ids) == ROW_LAYER_IDS for ids in kv_args.state_layer_ids):
+    if any(cap.host.data_ptr() in ptrs for ptrs in kv_args.state_data_ptrs):
         # Both targets name one function (prefill.py and decode.py import it from utils.py): SGLang's registry may
         # run this hook twice for one call.
         return result
-    if StateType.BLOCK_SCALE in kv_args.state_types:
+    carrier = release.pd_rows_carrier()
+    state_type = getattr(StateType, carrier.state_type)
+    if state_type in kv_args.state_types:
         raise RowsCarrierTaken(
-            "sglang-r3: this KV pool sends per-block scales (an MXFP8 KV cache, --kv-cache-dtype mxfp8) as the KV "
-            "transfer's block_scale component, the one the prompt's routing rows travel in under PD "
-            "disaggregation; serve PD with another --kv-cache-dtype")
+            f"sglang-r3: this KV pool sends {carrier.used_by} as the KV transfer's {state_type.value} component, the "
+            "one the prompt's routing rows travel in under PD disaggregation; this model and KV cache cannot be "
+            "served under PD with routing")
     page = int(token_to_kv_pool.page_size)
     row = cap.host[0].numel() * cap.host.element_size()
     mark = cap.written.element_size()
     append_state_component(
-        kv_args, StateType.BLOCK_SCALE,
+        kv_args, state_type,
         [cap.host.data_ptr(), cap.written.data_ptr()],
         [cap.host.numel() * cap.host.element_size(), cap.written.numel() * mark],
         [row * page, mark * page],
-        layer_ids=list(ROW_LAYER_IDS),
+        **({"layer_ids": list(ROW_LAYER_IDS)} if carrier.layer_ids else {}),
     )
     # SGLang's own KV items (one per page and layer buffer) beside ours: what the rows add to a request's transfer
     # (benchmarks/pd_cost.py reads this line).
@@ -92,20 +95,28 @@ def drop_drafts_of_freed_decode_request(self, req, *args, **kwargs):
     return None
 
 
-def keep_rows_of_retracted_request(req, tree_cache, req_to_token_pool, token_to_kv_pool_allocator, backend, *args, **kwargs):
-    """Before a decode engine backs a retracted request's KV up (``mem_cache.common.backup_kv_cache``, called by
-    ``schedule_batch.release_req`` in decode mode only): keep its rows and marks. SGLang copies the KV of its first
-    ``seqlen - 1`` tokens out (``cpu_tensor``: ``Req.offload_kv_cache``; ``host_pool``:
-    ``UnifiedRadixCache._retraction_device_transfers``) and back into new slots on resume with no forward, so the
-    rows must follow, or the new slots would serve whatever the marks there say (another request's rows)."""
+def _req_to_token_pool(args, kwargs):
+    """The ReqToTokenPool among a hooked call's arguments (0.5.23's module functions and 0.5.15's Req methods
+    place it differently: release.pd_retraction_targets)."""
+    return next(a for a in (*args, *kwargs.values()) if hasattr(a, "req_to_token"))
+
+
+def keep_rows_of_retracted_request(req, *args, **kwargs):
+    """Before a decode engine copies a retracted request's KV out (0.5.23 ``mem_cache.common.backup_kv_cache``,
+    called by ``schedule_batch.release_req`` in decode mode only; 0.5.15 ``Req.offload_kv_cache``): keep its rows and
+    marks. SGLang copies the KV of its first ``seqlen - 1`` tokens out (``cpu_tensor``: ``Req.offload_kv_cache``;
+    ``host_pool``: ``UnifiedRadixCache._retraction_device_transfers``) and back into new slots on resume with no
+    forward, so the rows must follow, or the new slots would serve whatever the marks there say (another request's
+    rows)."""
     cap = _capturer()
     n = int(req.seqlen) - 1
-    if cap is None or n <= 0 or backend not in ("cpu_tensor", "host_pool"):
+    if cap is None or n <= 0:
         return None
     import torch
 
     # One small device->host read at retraction, beside SGLang's own KV copy out (not on the forward path).
-    slots = req_to_token_pool.req_to_token[release.req_pool_idx(req), :n].to("cpu", torch.int64)
+    pool = _req_to_token_pool(args, kwargs)
+    slots = pool.req_to_token[release.req_pool_idx(req), :n].to("cpu", torch.int64)
     kept = {"n": n}
     req._r3_retracted_rows = kept
     # The forward in flight (overlap scheduler) may still be bringing this request's last row to the host.
@@ -113,11 +124,10 @@ def keep_rows_of_retracted_request(req, tree_cache, req_to_token_pool, token_to_
     return None
 
 
-def put_back_rows_of_resumed_request(result, req, tree_cache, req_to_token_pool, token_to_kv_pool_allocator, backend, *args,
-                                     **kwargs):
-    """After SGLang restores a resumed request's KV into its new slots (``restore_kv_cache``): its rows and marks
-    go to the same slots; a forward in flight that still writes there (a finished request's redundant forward,
-    as SGLang's ``resume_retracted_reqs`` notes) lands first."""
+def put_back_rows_of_resumed_request(result, req, *args, **kwargs):
+    """After SGLang restores a resumed request's KV into its new slots (0.5.23 ``restore_kv_cache``, 0.5.15
+    ``Req.load_kv_cache``): its rows and marks go to the same slots; a forward in flight that still writes there (a
+    finished request's redundant forward, as SGLang's ``resume_retracted_reqs`` notes) lands first."""
     kept = getattr(req, "_r3_retracted_rows", None)
     cap = _capturer()
     if kept is None or cap is None:
@@ -125,7 +135,8 @@ def put_back_rows_of_resumed_request(result, req, tree_cache, req_to_token_pool,
     del req._r3_retracted_rows
     import torch
 
-    slots = req_to_token_pool.req_to_token[release.req_pool_idx(req), : kept["n"]].to("cpu", torch.int64)
+    pool = _req_to_token_pool(args, kwargs)
+    slots = pool.req_to_token[release.req_pool_idx(req), : kept["n"]].to("cpu", torch.int64)
 
     def put_back():
         cap.host[slots] = kept["rows"]
@@ -135,12 +146,13 @@ def put_back_rows_of_resumed_request(result, req, tree_cache, req_to_token_pool,
     return result
 
 
-def install_pd_patches() -> None:  # called once, by install_capture_patches (0.5.23)
+def install_pd_patches() -> None:  # called once, by install_capture_patches
     from sglang_r3.serving.patches.draft import start_rows_without_drafts
 
     register(f"{_PREFILL}.setup_state_kv_args", append_capture_rows, "after")
     register(f"{_DECODE}.setup_state_kv_args", append_capture_rows, "after")
     register(f"{_DECODE}.DecodeReqToTokenPool.alloc", start_rows_without_drafts, "after")
     register(f"{_DECODE}.DecodeReqToTokenPool.free", drop_drafts_of_freed_decode_request, "before")
-    register(f"{_SCHEDULE_BATCH}.backup_kv_cache", keep_rows_of_retracted_request, "before")
-    register(f"{_DECODE}.restore_kv_cache", put_back_rows_of_resumed_request, "after")
+    out, back = release.pd_retraction_targets()
+    register(out, keep_rows_of_retracted_request, "before")
+    register(back, put_back_rows_of_resumed_request, "after")

@@ -93,6 +93,33 @@ def kv_slot_capacity(runner) -> int:
     return int(runner.kv_index_translator.capture_token_capacity(runner.max_token_pool_size))
 
 
+class PdRowsCarrier(NamedTuple):
+    """The KV transfer's state type the prompt's rows ride under PD (patches/pd_rows.py): one whose payload is the
+    request's full KV page ids on both engines and which the transfer sends as one flat region per buffer."""
+
+    state_type: str  # a StateType member's name
+    layer_ids: bool  # append_state_component takes layer ids (the flat layout is asked for by them)
+    used_by: str  # what else uses the type: a pool that does cannot carry the rows
+
+
+def pd_rows_carrier() -> PdRowsCarrier:
+    if is_0_5_15():
+        # MINIMAX_INDEX_K: the page-indexed payload (prefill.py / decode.py _dsa_payload) sent with force_flat
+        # (mooncake/conn.py maybe_send_extra)
+        return PdRowsCarrier("MINIMAX_INDEX_K", False, "a MiniMax sparse-attention index-K pool")
+    # BLOCK_SCALE: the payload _full_kv_pages_payload; layer ids keep it flat (plain MHA splits entries in K/V halves)
+    return PdRowsCarrier("BLOCK_SCALE", True, "an MXFP8 KV cache's per-block scales (--kv-cache-dtype mxfp8)")
+
+
+def pd_retraction_targets() -> Tuple[str, str]:
+    """Where a PD decode engine copies a retracted request's KV out, and back into new slots on resume: (before
+    hook, after hook). Both take the request first and its ReqToTokenPool among the rest."""
+    if is_0_5_15():
+        return ("sglang.srt.managers.schedule_batch.Req.offload_kv_cache",
+                "sglang.srt.managers.schedule_batch.Req.load_kv_cache")
+    return ("sglang.srt.managers.schedule_batch.backup_kv_cache", "sglang.srt.disaggregation.decode.restore_kv_cache")
+
+
 def req_pool_idx(req) -> int:
     """The request's row in ReqToTokenPool (0.5.23 moved it onto ``req.kv``)."""
     kv = getattr(req, "kv", None)

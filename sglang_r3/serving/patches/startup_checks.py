@@ -329,22 +329,16 @@ def _kv_restore(cfg, names, *, resolved) -> Rule:
 
 
 def _disaggregation(cfg, names, *, resolved) -> Rule:
-    # PD disaggregation is served on 0.5.23 with Mooncake: the prompt's rows travel with its KV (patches/pd_rows.py).
+    # PD disaggregation is served with Mooncake: the prompt's rows travel with its KV (patches/pd_rows.py).
     if cfg.disaggregation_mode not in (None, "null"):
         from sglang_r3.serving.patches import release
 
-        if release.is_0_5_15():
-            yield _Hit("disaggregation_mode", cfg.disaggregation_mode, (
-                "PD disaggregation is served on SGLang 0.5.23, where the prompt's rows travel with its KV as one "
-                "more state component of the KV transfer; SGLang 0.5.15.post1's KV transfer has no state component "
-                "indexed by the request's KV pages to carry them in, so the decode server would hold no prompt rows"
-            ))
-        elif cfg.disaggregation_transfer_backend != "mooncake":
+        if cfg.disaggregation_transfer_backend != "mooncake":
             yield _Hit("disaggregation_transfer_backend", cfg.disaggregation_transfer_backend, (
                 "under PD disaggregation the prompt's rows travel with its KV; that is served with the mooncake "
                 "transfer backend (--disaggregation-transfer-backend mooncake), the one it is proven with"
             ))
-        if cfg.kv_cache_dtype == "mxfp8":
+        if cfg.kv_cache_dtype == "mxfp8" and release.pd_rows_carrier().state_type == "BLOCK_SCALE":
             yield _Hit("kv_cache_dtype", cfg.kv_cache_dtype, (
                 "under PD disaggregation the prompt's rows travel as the KV transfer's block_scale component, "
                 "which an MXFP8 KV cache uses for its own per-block scales"
