@@ -52,6 +52,7 @@ PROMPTS = [list(b"The capital of France is"), list(b"1 2 3 4 5 6 7 8"),
            list(b"Once upon a time, in a small village by the sea, there")]
 NEW = 10
 CHUNK = 16  # the prefill engine's --chunked-prefill-size: every prompt here but "1 2 3 4 5 6 7 8" spans chunks
+SMALL_POOL = 200  # KV slots of the decode engine that a peer without rows serves
 LONG = 48  # a retraction test's completions: long enough that the decode engine's batch holds several requests
 RETRACT_EVERY = 3
 RETRACT_ENV = {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": str(RETRACT_EVERY)}
@@ -229,3 +230,40 @@ def test_the_mtp_section_is_refused_by_name_on_the_decode_engine_and_main_rows_s
     # The same request without the MTP section: exact main rows.
     _, dec = pd.by_hand(ids, return_routing=True)
     assert_main_rows_equal_plain_sglang(dec, _plain(plain_server, ids), len(ids), what="main rows, MTP on")
+
+
+def test_a_prefill_engine_that_sends_no_rows_leaves_missing_rows_never_old_ones(plain_server):
+    """SGLang 0.5.15.post1 pairs a decode engine with any prefill engine whose KV layout matches (0.5.23's KV layout
+    digest refuses a peer without our rows). Plain SGLang prefilling for our decode engine sends KV and no rows: the
+    decode engine's prompt slots stay unmarked (pd_rows.unmark_preallocated_slots), so the record is missing_rows
+    for every prompt row, even where a slot last held a row our decode engine wrote for an earlier request."""
+    if _release() != "0.5.15.post1":
+        pytest.skip("SGLang 0.5.23 refuses this pair itself: a peer without our rows has another KV layout digest")
+    _require_mooncake()
+    bootstrap = free_port()
+    common = ["--disaggregation-transfer-backend", "mooncake"]
+    from benchmarks.run import PlainServer  # SGLang without R3, flags resolved as our launcher does
+
+    pre = PlainServer([*common, "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(bootstrap)],
+                      env={**MOONCAKE_ENV, "SGLANG_PLUGINS": "none"})
+    # A KV pool this small hands a request the slots an earlier one freed (the allocator sorts freed pages back in
+    # once its free list runs short): slots the decode engine itself marked for the earlier request's completion.
+    dec = ServerProcess(["--host", "127.0.0.1", *common, "--disaggregation-mode", "decode", "--max-total-tokens",
+                         str(SMALL_POOL), "--num-reserved-decode-tokens", "16"], env=MOONCAKE_ENV)
+    try:
+        pre.start()
+        dec.start()
+        _wait(pre, pre.url + "/health", lambda r: True)
+        _wait(dec, dec.url + "/health", lambda r: True)
+        pair = Pair(pre, dec, bootstrap, gateway="")
+        # Short prompts, long completions: the decode engine marks the slots of the tokens it computes, then frees
+        # them; the longer prompts after take some of those slots.
+        for ids in [PROMPTS[1]] * 3 + [PROMPTS[0], PROMPTS[2]]:
+            _, dec_out = pair.by_hand(ids, return_routing=True,
+                                      sampling_params={"max_new_tokens": LONG, "temperature": 0})
+            err = dec_out["meta_info"].get("routing_error")
+            assert err and err["code"] == "missing_rows" and err["missing_rows"] == len(ids), dec_out["meta_info"]
+            assert dec_out["output_ids"] == _plain(plain_server, ids, LONG)["output_ids"]
+    finally:
+        dec.stop()
+        pre.stop()

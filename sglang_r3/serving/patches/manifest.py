@@ -371,6 +371,9 @@ MANIFEST: Tuple[Touch, ...] = (
           "a decode engine's request row starts with no draft entries and its MTP wish", "(self, reqs)"),
     Touch(f"{_PD_DECODE}.DecodeReqToTokenPool.free", "hook:before",
           "draft entries of a decode engine's freed request row are dropped", "(self, req)"),
+    Touch(f"{_PD_DECODE}.DecodePreallocQueue._pre_alloc", "hook:after",
+          "private: the KV slots a decode engine allocates for a request start unmarked (the prefill engine's marks "
+          "arrive with its rows)", "(self, req, prefix_indices=None, prefix_len=None, total_prefix_len=None)"),
     Touch("sglang.srt.managers.schedule_batch.backup_kv_cache", "hook:before",
           "a decode engine's retracted request keeps its rows and marks with its KV backup",
           _RETRACTION_BACKUP, R23),

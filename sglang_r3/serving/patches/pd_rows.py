@@ -95,6 +95,22 @@ def drop_drafts_of_freed_decode_request(self, req, *args, **kwargs):
     return None
 
 
+def unmark_preallocated_slots(result, self, req, *args, **kwargs):
+    """After a decode engine allocates a request's KV slots (``DecodePreallocQueue._pre_alloc``: a new PD request's,
+    or a resumed one's): no mark there says captured until the prefill engine's rows arrive with the KV (or a resumed
+    request's own are put back), so a peer that sends none, or a transfer that writes none, leaves ``missing_rows``,
+    never the rows a slot's previous request left. At allocation, before the decode engine tells the prefill engine
+    where to write: one small device->host read per request, off the forward path."""
+    cap = _capturer()
+    if cap is None or result is None:
+        return result
+    import torch
+
+    slots = result.to("cpu", torch.int64).reshape(-1)
+    cap.written[slots[slots >= 0]] = False
+    return result
+
+
 def _req_to_token_pool(args, kwargs):
     """The ReqToTokenPool among a hooked call's arguments (0.5.23's module functions and 0.5.15's Req methods
     place it differently: release.pd_retraction_targets)."""
@@ -153,6 +169,7 @@ def install_pd_patches() -> None:  # called once, by install_capture_patches
     register(f"{_DECODE}.setup_state_kv_args", append_capture_rows, "after")
     register(f"{_DECODE}.DecodeReqToTokenPool.alloc", start_rows_without_drafts, "after")
     register(f"{_DECODE}.DecodeReqToTokenPool.free", drop_drafts_of_freed_decode_request, "before")
+    register(f"{_DECODE}.DecodePreallocQueue._pre_alloc", unmark_preallocated_slots, "after")
     out, back = release.pd_retraction_targets()
     register(out, keep_rows_of_retracted_request, "before")
     register(back, put_back_rows_of_resumed_request, "after")
