@@ -155,6 +155,9 @@ def put_back_rows_of_resumed_request(result, req, *args, **kwargs):
     slots = pool.req_to_token[release.req_pool_idx(req), : kept["n"]].to("cpu", torch.int64)
 
     def put_back():
+        if "rows" not in kept:  # never kept (no forward landed them): the slots stay unmarked, missing_rows
+            cap.written[slots] = False
+            return
         cap.host[slots] = kept["rows"]
         cap.written[slots] = kept["marks"]
 
