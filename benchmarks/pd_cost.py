@@ -5,7 +5,8 @@ gateway (``sglang_router.launch_router --pd-disaggregation``): plain SGLang (``b
 inert, no capture: what users run without R3) and sglang-r3 (our launcher; the prompt's rows travel with its KV,
 sglang_r3/serving/patches/pd_rows.py). Both serve the embedded model with its default EAGLE MTP.
 
-* **Bytes**: the prefill engine's log line says what one KV slot carries: our rows and mark, and SGLang's own KV items
+* **Bytes**: the prefill engine's log line says what one KV slot carries: our rows and mark (and, for a model with MTP
+  layers, the prompt's MTP draft slots), and SGLang's own KV items
   (``kv_args.kv_item_lens``, every layer buffer of the target and the draft model). A request's transfer carries its
   prompt's KV slots of each.
 * **Time**: the same greedy request (a distinct prompt each round, so no prefix is reused; ``--new`` tokens) through
@@ -37,7 +38,8 @@ from benchmarks.stats import bootstrap_ci, ratio_ci
 from sglang_r3.serving.fleet.gateway import free_port
 
 OUT = ROOT / "benchmarks" / "results" / "pd_cost.json"
-SLOT_LINE = re.compile(r"capture rows travel with the KV transfer \((\d+) B per KV slot; the KV: (\d+) B per KV slot\)")
+SLOT_LINE = re.compile(r"capture rows travel with the KV transfer \((\d+) B per KV slot; the KV: (\d+) B per KV slot; "
+                       r"of ours, MTP draft slots: (\d+) B\)")
 
 
 def engine_cmd(launcher: str, port: int, extra: List[str]) -> List[str]:
@@ -97,12 +99,14 @@ def main() -> int:
         line = SLOT_LINE.search(setups["r3"]["prefill"].log.read_text())
         if line is None:
             raise RuntimeError("the r3 prefill engine did not log its per-slot bytes:\n" + setups["r3"]["prefill"].tail())
-        rows_b, kv_b = int(line.group(1)), int(line.group(2))
+        rows_b, kv_b, draft_b = int(line.group(1)), int(line.group(2)), int(line.group(3))
         report: Dict[str, object] = {
             "what": "PD request cost of the prompt's rows: sglang-r3 vs plain SGLang, both PD behind sglang-router, "
                     "Mooncake over TCP, the embedded model with EAGLE MTP, CPU runtime",
             "machine": machine(), "rounds": a.rounds, "max_new_tokens": a.new,
-            "bytes_per_kv_slot": {"rows_and_mark": rows_b, "sglang_kv": kv_b, "extra_fraction": rows_b / kv_b},
+            # ours: the rows and their mark, and (a model with MTP layers) the prompt's MTP draft slots
+            "bytes_per_kv_slot": {"ours": rows_b, "of_which_mtp_draft_slots": draft_b, "sglang_kv": kv_b,
+                                  "extra_fraction": rows_b / kv_b},
             "workloads": {},
         }
         import random

@@ -10,9 +10,11 @@ byte. Requests go through ``sglang-router`` 0.3.2 ``--pd-disaggregation`` (concu
 them: the gateway forwards no routing field in PD mode, and a decode engine with no default routing answers
 upstream's field unasked), and by hand as the gateway sends them (the same body with the bootstrap fields to both
 engines at once) where a field the gateway drops is needed: ``return_routed_experts`` asked explicitly,
-``routing_start`` (a second turn that reuses the first turn's KV on the prefill engine), and the MTP section, which the decode engine refuses by name (``mtp_drafted_on_prefill``: the
-first round's drafts ran on the prefill engine) while main rows stay exact. The decode engine retracts running
-requests (SGLang's ``SGLANG_TEST_RETRACT``) and restores their KV from its backup: their rows follow it.
+``routing_start`` (a second turn that reuses the first turn's KV on the prefill engine), and the MTP section: the
+prompt's draft entries travel with its KV too, so the decode engine's section equals our unified server's (EAGLE MTP,
+``routing_server``), and where the prefill engine's body did not ask for it the decode engine refuses it by name
+(``mtp_drafted_on_prefill``) while main rows stay exact. The decode engine retracts running requests (SGLang's
+``SGLANG_TEST_RETRACT``) and restores their KV from its backup: their rows and MTP entries follow it.
 
 Needs ``mooncake-transfer-engine-non-cuda`` (the ``test`` extra) and the system library ``libibverbs.so.1``
 (Debian: ``apt-get install -y libibverbs1``; ``.ci/run`` installs it); without either this module fails naming it.
@@ -106,15 +108,18 @@ class Pair:
         assert r.status_code == 200, r.text
         return r.json()
 
-    def by_hand(self, ids, **extra) -> tuple:
-        """The gateway's PD request by hand: one body with the bootstrap fields to both engines at once; the prefill
-        engine's and the decode engine's own responses."""
+    def by_hand(self, ids, prefill_body=None, **extra) -> tuple:
+        """The gateway's PD request by hand: one body with the bootstrap fields to both engines at once (the prefill
+        engine's fields replaced by ``prefill_body`` where given); the prefill engine's and the decode engine's own
+        responses."""
         body = {"input_ids": ids, "sampling_params": {"max_new_tokens": NEW, "temperature": 0},
                 "bootstrap_host": "127.0.0.1", "bootstrap_port": self.bootstrap,
                 "bootstrap_room": random.randrange(1, 2 ** 62), **extra}
+        bodies = ({**{k: v for k, v in body.items() if k not in extra}, **prefill_body} if prefill_body else body,
+                  body)
         with ThreadPoolExecutor(2) as ex:
-            outs = list(ex.map(lambda u: httpx.post(u + "/generate", json=body, timeout=TIMEOUT),
-                               (self.pre.url, self.dec.url)))
+            outs = list(ex.map(lambda ub: httpx.post(ub[0] + "/generate", json=ub[1], timeout=TIMEOUT),
+                               zip((self.pre.url, self.dec.url), bodies)))
         for r in outs:
             assert r.status_code == 200, r.text
         return outs[0].json(), outs[1].json()
@@ -222,12 +227,81 @@ def test_the_decode_engines_upstream_field_and_a_second_turn_from_routing_start(
                                   np.sort(want2[start:, list(rec.layers)], axis=-1))
 
 
-def test_the_mtp_section_is_refused_by_name_on_the_decode_engine_and_main_rows_stay_exact(pd, plain_server):
+def _mtp_section(out: dict):
+    assert "routing_error" not in out["meta_info"], out["meta_info"].get("routing_error")
+    return RoutingRecord.from_wire(out["meta_info"]["routing"])
+
+
+def _assert_mtp_sections_equal(got, want, what: str) -> None:
+    """Entry for entry: position, depth, step, accepted, token and experts. Not ``rounds``, a server-wide counter."""
+    assert got.mtp is not None and want.mtp is not None, what
+    for col in ("positions", "depth", "step", "accepted", "tokens", "experts"):
+        np.testing.assert_array_equal(getattr(got.mtp, col), getattr(want.mtp, col), err_msg=f"{what}: mtp.{col}")
+
+
+def test_the_mtp_section_on_the_decode_engine_equals_a_unified_servers(pd, plain_server, routing_server):
+    """The prompt's draft-extend ran on the prefill engine (in chunks): its entries travel with the KV and the
+    decode engine answers the whole section, equal to our unified server's (EAGLE MTP, the same flags) on the same
+    greedy prompt; main rows stay plain SGLang's. Prompts no earlier request shares a prefix with: where a server
+    holds a prefix in its cache, its section starts after it (SGLang's warm-up request, "The capital city of France
+    is", leaves its prefix in a unified server's cache; the tests above leave theirs on the prefill engine)."""
+    for i, ids in enumerate((list(b"Sections of drafts are prefilled in chunks of sixteen tokens"),
+                             list(b"Drafts travel with the KV, page by page"))):
+        _, dec = pd.by_hand(ids, return_routing={"mtp": True})
+        r = httpx.post(routing_server + "/generate", json={"input_ids": ids, "return_routing": {"mtp": True},
+                                                          "sampling_params": {"max_new_tokens": NEW, "temperature": 0}},
+                       timeout=TIMEOUT)
+        assert r.status_code == 200, r.text
+        got, want = _mtp_section(dec), _mtp_section(r.json())
+        assert dec["output_ids"] == r.json()["output_ids"]
+        # The prompt's entries (step 0 at every prompt position) came from the prefill engine.
+        assert set(range(len(ids))) <= set(got.mtp.positions[got.mtp.step == 0].tolist()), got.mtp.positions
+        _assert_mtp_sections_equal(got, want, f"prompt {i}: PD decode engine vs unified server")
+        assert_main_rows_equal_plain_sglang(dec, _plain(plain_server, ids), len(ids), what=f"prompt {i}, MTP on")
+
+
+def test_requests_the_decode_engine_retracts_and_resumes_keep_their_mtp_sections(pd, routing_server):
+    """As the retraction test above, by hand with the MTP section asked: a retracted request's draft entries leave
+    its freed row with its KV backup and come back with it. Against the unified server on the same prompt: the
+    prompt's entries (from the prefill engine) equal, and a draft-extend entry at every verified position, as
+    there (a request whose entries were dropped at its retraction would lack every one before it). The drafts of
+    a resumed request's next round are SGLang's to choose again (its draft input is rebuilt at resume), so the
+    rounds after a retraction may accept otherwise: every accepted entry routed the sequence's own token."""
+    # No two share a first token: the prefill engine's cache and the unified server's hold no common prefix.
+    prompts = [list(f"{w} drafts travel on".encode()) for w in ("Alpha", "Bravo", "Charlie", "Delta", "Echo", "Fox")]
+    before = _retracted(pd.dec)
+    with ThreadPoolExecutor(len(prompts)) as ex:
+        got = list(ex.map(lambda p: pd.by_hand(p, return_routing={"mtp": True},
+                                               sampling_params={"max_new_tokens": LONG, "temperature": 0})[1],
+                          prompts))
+    assert _retracted(pd.dec) > before, f"the decode engine retracted nothing:\n{pd.dec.log_tail()}"
+    for i, (g, p) in enumerate(zip(got, prompts)):
+        r = httpx.post(routing_server + "/generate", json={"input_ids": p, "return_routing": {"mtp": True},
+                                                          "sampling_params": {"max_new_tokens": LONG, "temperature": 0}},
+                       timeout=TIMEOUT)
+        assert r.status_code == 200, r.text
+        assert g["output_ids"] == r.json()["output_ids"], i
+        got, want = _mtp_section(g).mtp, _mtp_section(r.json()).mtp
+        prompt_got, prompt_want = ((m.step == 0) & (m.positions < len(p)) for m in (got, want))
+        for col in ("positions", "depth", "accepted", "tokens", "experts"):
+            np.testing.assert_array_equal(getattr(got, col)[prompt_got], getattr(want, col)[prompt_want],
+                                          err_msg=f"prompt {i}: the prompt's entries, mtp.{col}")
+        seq = np.asarray(p + g["output_ids"])
+        # Draft-extend entries of tokens in the sequence (a last verify may accept past the stop: never accepted).
+        verified = [{int(x) for x in m.positions[(m.step == 0) & (m.positions + 1 < len(seq))]} for m in (got, want)]
+        assert verified[0] == verified[1] == set(range(len(seq) - 1)), i
+        ok = got.accepted
+        np.testing.assert_array_equal(got.tokens[ok], seq[got.positions[ok] + 1], err_msg=f"prompt {i}: accepted")
+
+
+def test_an_mtp_section_whose_prompt_drafts_did_not_travel_is_refused_by_name(pd, plain_server):
+    """The prefill engine's body did not ask for the MTP section, so its draft-extend filed nothing to send: the
+    decode engine refuses the section by name (never a short one), and main rows stay exact."""
     ids = PROMPTS[0]
-    _, dec = pd.by_hand(ids, return_routing={"mtp": True})
+    _, dec = pd.by_hand(ids, prefill_body={"return_routing": True}, return_routing={"mtp": True})
     err = dec["meta_info"].get("routing_error")
     assert "routing" not in dec["meta_info"] and err and err["code"] == "mtp_drafted_on_prefill", dec["meta_info"]
-    # The same request without the MTP section: exact main rows.
+    assert f"for {len(ids)} of the prompt's {len(ids)} positions" in err["message"], err
     _, dec = pd.by_hand(ids, return_routing=True)
     assert_main_rows_equal_plain_sglang(dec, _plain(plain_server, ids), len(ids), what="main rows, MTP on")
 

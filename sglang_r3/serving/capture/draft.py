@@ -108,6 +108,8 @@ class DraftCapturer:
         self._owner: Dict[int, Any] = {}  # row -> the request holding it (start_row)
         self.round = 0
         self._refused = False  # the running draft forward is refused (refuse_forward): it files nothing
+        # PD decode engine: rows whose prompt entries the prefill engine did not send -> why (collect refuses them).
+        self._not_carried: Dict[int, str] = {}
         self._stats = DraftStats()
 
     # -- which requests -----------------------------------------------------------
@@ -290,8 +292,68 @@ class DraftCapturer:
             self._by_req.pop(p, None)
             self._wanted.discard(p)
             self._owner.pop(p, None)
+            self._not_carried.pop(p, None)
         if self._pending:
             self._pending = [t for t in self._pending if t[0] not in gone]
+
+    # -- PD disaggregation: a prompt's entries travel from the prefill engine (patches/pd_rows.py) ---------------
+    def prompt_entries(self, req_pool_idx: int) -> Optional[np.ndarray]:
+        """On a prefill engine: the entries its draft-extend filed for this request's prompt, to travel with the
+        KV (positions, depth, tokens, experts), or None when they cannot: the request did not ask for the MTP
+        section, or multi-layer MTP, whose prefill entries wait for a verify the decode engine runs."""
+        row = int(req_pool_idx)
+        if not self.wants(row) or self.chain:
+            return None
+        e = self._by_req.get(row)
+        r = e.rows[: e.n] if e is not None else np.empty(0, self._entry_dtype)
+        if (r["step"] != 0).any():
+            return None  # a draft of a round was filed here: not a prompt's draft-extend alone
+        return r
+
+    def file_carried(self, req_pool_idx: int, positions: np.ndarray, depths: np.ndarray, tokens: np.ndarray,
+                     experts: np.ndarray) -> None:
+        """On a decode engine: the prompt's draft-extend entries the prefill engine filed, arrived with the KV,
+        before any entry of this engine (step 0, the decode engine's current round)."""
+        row = int(req_pool_idx)
+        n = int(positions.shape[0])
+        e = self._by_req.get(row)
+        if e is None:
+            e = self._by_req[row] = _Entries(self._entry_dtype, max(_FIRST_CAPACITY, n))
+        if e.n:
+            raise RuntimeError(f"request row {row} has {e.n} draft entries before its prompt's arrived")
+        e.reserve(n)
+        block = e.rows[:n]
+        block["positions"], block["depth"], block["tokens"], block["experts"] = positions, depths, tokens, experts
+        block["round"], block["step"], block["accepted"] = self.round, 0, True
+        e.n = n
+        self._stats.entries += n
+
+    def mark_not_carried(self, req_pool_idx: int, why: str) -> None:
+        self._not_carried[int(req_pool_idx)] = why
+
+    def not_carried(self, req_pool_idx: int) -> Optional[str]:
+        """Why this request's MTP section would be short (its prompt's entries did not arrive), or None."""
+        return self._not_carried.get(int(req_pool_idx))
+
+    def detach(self, req_pool_idx: int) -> Optional[tuple]:
+        """A request leaves its row with no forward to come there (a PD decode engine's retraction): its entries
+        and state, for ``attach`` to its next row. Drafts not yet resolved are not kept (a retraction comes
+        between rounds)."""
+        row = int(req_pool_idx)
+        kept = (self._by_req.pop(row, None), self._not_carried.pop(row, None))
+        return kept if kept != (None, None) else None
+
+    def attach(self, req_pool_idx: int, kept: Optional[tuple]) -> None:
+        if kept is None:
+            return
+        row = int(req_pool_idx)
+        entries, why = kept
+        if entries is not None:
+            if self._by_req.get(row) is not None and self._by_req[row].n:
+                raise RuntimeError(f"request row {row} has draft entries before a resumed request's came back")
+            self._by_req[row] = entries
+        if why is not None:
+            self._not_carried[row] = why
 
     def collect(self, req_pool_idx: int, seqlen: int, tokens: Optional[Sequence[int]] = None) -> Optional[MtpRouting]:
         """Pop a finished request's entries. ``seqlen``: tokens of the returned sequence; ``tokens``: the
@@ -302,6 +364,7 @@ class DraftCapturer:
         p and depth d routed the token at p + d; with ``tokens`` given, one whose token is not the
         sequence's token there is never marked accepted.
         """
+        self._not_carried.pop(int(req_pool_idx), None)
         e = self._by_req.pop(int(req_pool_idx), None)
         if e is None or not e.n:
             return None

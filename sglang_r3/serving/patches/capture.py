@@ -203,13 +203,6 @@ def route_topk_to_capturers(topk_config, layer_id, topk_ids) -> None:
         cap.draft.capture(topk_config, topk_ids)
 
 
-@functools.lru_cache(maxsize=None)
-def _pd_decode_engine() -> bool:
-    from sglang.srt.runtime_context import get_server_args
-
-    return str(get_server_args().disaggregation_mode) == "decode"
-
-
 def collect_request_rows(original, self, req):
     cap = _capturer()
     if cap is None or not req.return_routed_experts:
@@ -220,6 +213,8 @@ def collect_request_rows(original, self, req):
     row = release.req_pool_idx(req)
     slots = self.req_to_token_pool.req_to_token[row][start : max(seqlen - 1, 0)]
     rows, missing = cap.rows_for_slots(slots)
+    # PD decode engine: why the prompt's MTP entries did not arrive from the prefill engine (pd_rows.py), if so.
+    not_carried = cap.draft.not_carried(row) if cap.draft is not None and cap.draft.wants(row) else None
     mtp = cap.draft.collect(row, seqlen, tokens) if cap.draft is not None else None
     error = None
     if missing:
@@ -238,12 +233,12 @@ def collect_request_rows(original, self, req):
         error = RoutingUnavailable("image_attention", why, int(rows.shape[0]), int(rows.shape[0]))
         cap.stats.extra["requests_refused"] = cap.stats.extra.get("requests_refused", 0) + 1
         rows = rows[:0]
-    elif mtp is not None and _pd_decode_engine():
-        # PD: the request's first speculation round was drafted on the prefill engine (its step-0 drafts at the
-        # prompt's last positions), whose draft routing does not travel with the KV. Never a short MTP section.
+    elif not_carried:
+        # PD: the prompt's draft-extend ran on the prefill engine and its entries did not arrive. Never a short MTP
+        # section.
         error = RoutingUnavailable(
-            "mtp_drafted_on_prefill", "the MTP section was asked for on a PD decode engine: the first round's "
-            "drafts ran on the prefill engine, so the section would be incomplete; ask for main rows only",
+            "mtp_drafted_on_prefill", f"the MTP section was asked for on a PD decode engine, but {not_carried}; "
+            "ask the prefill engine for the MTP section too (the same body to both engines), or for main rows only",
             int(rows.shape[0]), int(rows.shape[0]))
         cap.stats.extra["requests_refused"] = cap.stats.extra.get("requests_refused", 0) + 1
         rows, mtp = rows[:0], None

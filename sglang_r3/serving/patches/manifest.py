@@ -374,6 +374,17 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch(f"{_PD_DECODE}.DecodePreallocQueue._pre_alloc", "hook:after",
           "private: the KV slots a decode engine allocates for a request start unmarked (the prefill engine's marks "
           "arrive with its rows)", "(self, req, prefix_indices=None, prefix_len=None, total_prefix_len=None)"),
+    Touch(f"{_PD_PREFILL}.SchedulerDisaggregationPrefillMixin.send_kv_chunk", "hook:before",
+          "before a request's last chunk is sent, the prefill engine writes its prompt's MTP draft entries and marks "
+          "at the prompt's KV slots (they travel with the rows)", "(self, req, last_chunk=False, end_idx=None)"),
+    Touch(f"{_PD_DECODE}.DecodeTransferQueue._commit_transfer_to_req", "hook:after",
+          "private: once a request's transfer is committed, the decode engine files the prompt's MTP draft entries "
+          "that arrived, or notes why its MTP section would be short", "(self, decode_req)"),
+    Touch(f"{_PD_DECODE}.DecodeTransferQueue", "reads", "the decode scheduler (its request-to-token table)",
+          attrs=("scheduler",)),
+    Touch(f"{_PD_DECODE}.DecodeRequest", "reads", "the request a committed transfer belongs to", attrs=("req",)),
+    Touch(_SCHED, "reads", "the prefill engine's request-to-token table (a request's prompt slots)",
+          attrs=("req_to_token_pool",)),
     Touch("sglang.srt.managers.schedule_batch.backup_kv_cache", "hook:before",
           "a decode engine's retracted request keeps its rows and marks with its KV backup",
           _RETRACTION_BACKUP, R23),

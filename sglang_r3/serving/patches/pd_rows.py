@@ -27,11 +27,25 @@ and marks are kept and put back with it, after any forward in flight has landed 
 
 The decode engine's request rows come from ``DecodeReqToTokenPool``, not a ``ReqToTokenPool``: the MTP opt-in of a row
 (patches/draft.py's hooks on ``ReqToTokenPool.alloc`` / ``free_rows``) is noted on it too.
+
+The MTP section: the prefill engine's draft-extend files a request's prompt entries (step 0; its decode rounds run on
+the decode engine). For a model with MTP layers both engines register three more per-slot buffers in the same
+component (``DraftSlots``: per KV slot and MTP depth, the entry's experts, its token and a mark), so the pairing
+depends on the layout only, not on the speculation flags. Before the last chunk's send the prefill engine writes the
+request's entries at their positions' slots and a mark at every prompt slot (``SENT``, ``ENTRY``; ``NONE`` when it
+has no entries to send: not asked for, or multi-layer MTP); after the transfer is committed the decode engine files
+them ahead of its own, or, where a prompt slot arrived unmarked, notes why the section would be short (the request's
+MTP section is then refused by name, ``mtp_drafted_on_prefill``).
 """
 
 from __future__ import annotations
 
 import logging
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
 
 from sglang_r3.serving.patches import release
 from sglang_r3.serving.patches.hooks import register
@@ -39,7 +53,37 @@ from sglang_r3.serving.patches.runtime import capturer as _capturer
 
 logger = logging.getLogger(__name__)
 
-ROW_LAYER_IDS = [1_000_000, 1_000_001]  # pair the two entries on both peers (unsigned on the wire); not model layers
+# Pair the entries on both peers (unsigned on the wire); not model layers. Rows and marks, then the draft slots'.
+ROW_LAYER_IDS = [1_000_000, 1_000_001]
+DRAFT_LAYER_IDS = [1_000_002, 1_000_003, 1_000_004]
+
+# DraftSlots.marks: what the prefill engine sent at a prompt slot and MTP depth.
+NONE, SENT, ENTRY = 0, 1, 2  # nothing sent (stale or no entries), sent with no entry (a cached prefix), an entry
+
+
+@dataclass
+class DraftSlots:
+    """Per KV slot and MTP depth: the prefill engine's draft-extend entry (experts, token) and its mark. Host
+    tensors allocated once, registered with the KV transfer; numpy views for the host-side reads and writes."""
+
+    experts: torch.Tensor  # [num_slots, depths, topk], the capturer's id dtype
+    tokens: torch.Tensor  # int32 [num_slots, depths]
+    marks: torch.Tensor  # uint8 [num_slots, depths]
+
+    @classmethod
+    def allocate(cls, num_slots: int, depths: int, topk: int, dtype: torch.dtype) -> "DraftSlots":
+        return cls(torch.zeros((num_slots, depths, topk), dtype=dtype), torch.zeros((num_slots, depths), dtype=torch.int32),
+                   torch.zeros((num_slots, depths), dtype=torch.uint8))
+
+    def views(self):
+        ids = self.experts.numpy()
+        return (ids.view(np.uint16) if ids.dtype == np.int16 else ids), self.tokens.numpy(), self.marks.numpy()
+
+    def buffers(self):
+        return [self.experts, self.tokens, self.marks]
+
+
+_draft_slots: "DraftSlots | None" = None  # this scheduler's, set with the KV transfer (one scheduler per process)
 
 _PREFILL = "sglang.srt.disaggregation.prefill"
 _DECODE = "sglang.srt.disaggregation.decode"
@@ -71,20 +115,84 @@ def append_capture_rows(result, kv_args, token_to_kv_pool, *args, **kwargs):
             "one the prompt's routing rows travel in under PD disaggregation; this model and KV cache cannot be "
             "served under PD with routing")
     page = int(token_to_kv_pool.page_size)
-    row = cap.host[0].numel() * cap.host.element_size()
-    mark = cap.written.element_size()
+    buffers, layer_ids = [cap.host, cap.written], list(ROW_LAYER_IDS)
+    global _draft_slots
+    depths = int(cap.layout.num_mtp_layers)
+    if depths:
+        # By the layout, not the speculation flags: both peers of a pair register the same buffers.
+        _draft_slots = DraftSlots.allocate(cap.host.shape[0], depths, cap.topk, cap.dtype)
+        buffers += _draft_slots.buffers()
+        layer_ids += DRAFT_LAYER_IDS
+    per_slot = [b[0].numel() * b.element_size() for b in buffers]
     append_state_component(
         kv_args, state_type,
-        [cap.host.data_ptr(), cap.written.data_ptr()],
-        [cap.host.numel() * cap.host.element_size(), cap.written.numel() * mark],
-        [row * page, mark * page],
-        **({"layer_ids": list(ROW_LAYER_IDS)} if carrier.layer_ids else {}),
+        [b.data_ptr() for b in buffers],
+        [b.numel() * b.element_size() for b in buffers],
+        [n * page for n in per_slot],
+        **({"layer_ids": layer_ids} if carrier.layer_ids else {}),
     )
     # SGLang's own KV items (one per page and layer buffer) beside ours: what the rows add to a request's transfer
     # (benchmarks/pd_cost.py reads this line).
     kv_bytes = sum(int(n) for n in kv_args.kv_item_lens) // page
     logger.info("sglang-r3 PD: the capture rows travel with the KV transfer (%d B per KV slot; the KV: %d B per KV "
-                "slot)", row + mark, kv_bytes)
+                "slot; of ours, MTP draft slots: %d B)", sum(per_slot), kv_bytes, sum(per_slot[2:]))
+    return result
+
+
+def _prompt_slots(req_to_token_pool, req) -> np.ndarray:
+    """The KV slots of the request's prompt (one small device->host read, on the scheduler path)."""
+    n = len(req.origin_input_ids)
+    return req_to_token_pool.req_to_token[release.req_pool_idx(req), :n].to("cpu", torch.int64).numpy()
+
+
+def send_prompt_drafts(self, req, last_chunk=False, *args, **kwargs):
+    """Before the prefill engine's last chunk of a request is sent (``send_kv_chunk(req, last_chunk=True)``, which
+    sends the state components): every prompt slot's draft marks say what this request sends, never what a slot's
+    earlier request left; where its draft-extend filed entries, they are written at their positions' slots."""
+    cap = _capturer()
+    if not last_chunk or cap is None or _draft_slots is None:
+        return None
+    ids, tokens, marks = _draft_slots.views()
+    slots = _prompt_slots(self.req_to_token_pool, req)
+    marks[slots] = NONE
+    entries = cap.draft.prompt_entries(release.req_pool_idx(req)) if cap.draft is not None else None
+    if entries is None:
+        return None
+    entries = entries[entries["positions"] < slots.shape[0]]
+    marks[slots] = SENT
+    at, depth = slots[entries["positions"]], entries["depth"].astype(np.int64) - 1
+    ids[at, depth] = entries["experts"]
+    tokens[at, depth] = entries["tokens"]
+    marks[at, depth] = ENTRY
+    return None
+
+
+def take_prompt_drafts(result, self, decode_req, *args, **kwargs):
+    """After the decode engine commits a request's transfer (``DecodeTransferQueue._commit_transfer_to_req``): the
+    prefill engine's prompt entries are filed ahead of this engine's, or, where a prompt slot arrived with no mark,
+    the request notes why its MTP section would be short."""
+    cap = _capturer()
+    req = decode_req.req
+    if cap is None or cap.draft is None or _draft_slots is None or release.req_pool_idx(req) is None:
+        return result
+    row = release.req_pool_idx(req)
+    if not cap.draft.wants(row):
+        return result
+    ids, tokens, marks = _draft_slots.views()
+    slots = _prompt_slots(self.scheduler.req_to_token_pool, req)
+    got = marks[slots]
+    unsent = int((got == NONE).all(axis=1).sum())
+    if unsent:
+        cap.draft.mark_not_carried(row, (
+            f"the prefill engine sent no MTP draft routing for {unsent} of the prompt's {slots.shape[0]} positions "
+            "(its request did not ask for the MTP section, it ran no MTP draft, or it runs multi-layer MTP, whose "
+            "prompt drafts wait for a verify on the decode engine)"))
+        return result
+    pos, depth = np.nonzero(got == ENTRY)
+    order = np.lexsort((pos, depth))  # as a draft forward files them: each depth's positions in order
+    pos, depth = pos[order], depth[order]
+    cap.draft.file_carried(row, pos.astype(np.int32), (depth + 1).astype(np.uint8), tokens[slots[pos], depth],
+                           ids[slots[pos], depth])
     return result
 
 
@@ -104,10 +212,11 @@ def unmark_preallocated_slots(result, self, req, *args, **kwargs):
     cap = _capturer()
     if cap is None or result is None:
         return result
-    import torch
-
     slots = result.to("cpu", torch.int64).reshape(-1)
-    cap.written[slots[slots >= 0]] = False
+    slots = slots[slots >= 0]
+    cap.written[slots] = False
+    if _draft_slots is not None:
+        _draft_slots.marks[slots] = NONE
     return result
 
 
@@ -128,12 +237,11 @@ def keep_rows_of_retracted_request(req, *args, **kwargs):
     n = int(req.seqlen) - 1
     if cap is None or n <= 0:
         return None
-    import torch
-
     # One small device->host read at retraction, beside SGLang's own KV copy out (not on the forward path).
     pool = _req_to_token_pool(args, kwargs)
     slots = pool.req_to_token[release.req_pool_idx(req), :n].to("cpu", torch.int64)
-    kept = {"n": n}
+    # Its MTP entries leave with it too: the row is freed next, and its draft entries with it.
+    kept = {"n": n, "drafts": cap.draft.detach(release.req_pool_idx(req)) if cap.draft is not None else None}
     req._r3_retracted_rows = kept
     # The forward in flight (overlap scheduler) may still be bringing this request's last row to the host.
     cap.after_rows_land(lambda: kept.update(rows=cap.host[slots], marks=cap.written[slots]))
@@ -149,10 +257,10 @@ def put_back_rows_of_resumed_request(result, req, *args, **kwargs):
     if kept is None or cap is None:
         return result
     del req._r3_retracted_rows
-    import torch
-
     pool = _req_to_token_pool(args, kwargs)
     slots = pool.req_to_token[release.req_pool_idx(req), : kept["n"]].to("cpu", torch.int64)
+    if cap.draft is not None:
+        cap.draft.attach(release.req_pool_idx(req), kept["drafts"])
 
     def put_back():
         if "rows" not in kept:  # never kept (no forward landed them): the slots stay unmarked, missing_rows
@@ -173,6 +281,8 @@ def install_pd_patches() -> None:  # called once, by install_capture_patches
     register(f"{_DECODE}.DecodeReqToTokenPool.alloc", start_rows_without_drafts, "after")
     register(f"{_DECODE}.DecodeReqToTokenPool.free", drop_drafts_of_freed_decode_request, "before")
     register(f"{_DECODE}.DecodePreallocQueue._pre_alloc", unmark_preallocated_slots, "after")
+    register(f"{_PREFILL}.SchedulerDisaggregationPrefillMixin.send_kv_chunk", send_prompt_drafts, "before")
+    register(f"{_DECODE}.DecodeTransferQueue._commit_transfer_to_req", take_prompt_drafts, "after")
     out, back = release.pd_retraction_targets()
     register(out, keep_rows_of_retracted_request, "before")
     register(back, put_back_rows_of_resumed_request, "after")

@@ -343,9 +343,9 @@ ROUTING_ERROR_FIXES = {
                    "marks until that KV is recomputed) and regenerate",
     "image_attention": "Gemma-4 image prompts are not served exactly on a GPU: train on text prompts, or on the "
                        "CPU runtime raise --chunked-prefill-size above the prompt (docs/models.md)",
-    "mtp_drafted_on_prefill": "PD disaggregation: the MTP section is not served on a decode engine (the first "
-                              "round's drafts ran on the prefill engine): ask for main rows only (return_routing "
-                              "true, --r3-default-routing main) and regenerate",
+    "mtp_drafted_on_prefill": "PD disaggregation: the prefill engine sent no MTP draft routing for the prompt (its "
+                              "request did not ask for the MTP section): ask both engines for it (the same body, or "
+                              "--r3-default-routing main+mtp on both), or for main rows only, and regenerate",
     "store_full": "fleet: fetch (and so release) records faster, or raise --store-max-records / --store-max-bytes; "
                   "then regenerate",
     "store_unavailable": "fleet: check its Ray cluster (the message has the store's error); then regenerate",
