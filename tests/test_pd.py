@@ -1,6 +1,7 @@
-"""PD disaggregation served exactly: a prefill engine (SGLang's own launcher with ``SGLANG_R3_ENABLED=1``, chunked
-prefill) and a decode engine (our launcher), EAGLE MTP on both, KV over Mooncake's TCP transport, behind SGLang's
-gateway in PD mode, against a unified server of plain SGLang.
+"""PD disaggregation served exactly: a prefill engine started as slime starts one (``tests/slime_launch.py``: SGLang's
+own ``launch_server`` with slime's PD keys, ``SGLANG_R3_ENABLED=1``, chunked prefill) and a decode engine (our
+launcher), EAGLE MTP on both, KV over Mooncake's TCP transport, behind SGLang's gateway in PD mode started as slime
+starts it (no workers; each engine registers itself through ``/workers``), against a unified server of plain SGLang.
 
 The prompt's rows travel with its KV (sglang_r3/serving/patches/pd_rows.py), so the decode engine's record holds
 the rows the prefill engine's target forward wrote. The reference is plain SGLang's own capturer on a unified server
@@ -23,6 +24,7 @@ Needs ``mooncake-transfer-engine-non-cuda`` (the ``test`` extra) and the system 
 from __future__ import annotations
 
 import ctypes
+import json
 import random
 import re
 import subprocess
@@ -37,9 +39,8 @@ import pytest
 from sglang_r3.core.record import RoutingRecord
 from sglang_r3.serving.fleet.gateway import free_port
 from tests.routing_http import TIMEOUT
-from sglang_r3.dev.embedded import default_speculative_flags
 from tests.servers import ChildProcess, ServerProcess, assert_main_rows_equal_plain_sglang, plain_rows
-from tests.test_launch_paths import OPT_IN, SGLangCliServer, _cli_args
+from tests.test_launch_paths import OPT_IN, SLIME_OVERRIDES, SPEC_OVERRIDES, SlimeLaunchServer
 
 pytestmark = [pytest.mark.server, pytest.mark.release]
 
@@ -134,11 +135,12 @@ def pd():
     # No default routing: as slime runs its engines (SGLANG_R3_ENABLED=1, --enable-return-routed-experts).
     common = ["--host", "127.0.0.1", "--disaggregation-transfer-backend", "mooncake"]
     assert common[2:4] == ["--disaggregation-transfer-backend", "mooncake"]
-    # The prefill engine on SGLang's own launcher (SGLANG_R3_ENABLED=1, the flags our launcher would add spelled
-    # out), chunked: a prompt longer than CHUNK tokens is prefilled in chunks, and its rows travel with the last one.
-    pre = SGLangCliServer(_cli_args([*default_speculative_flags(), *common[2:4], "--disaggregation-mode", "prefill",
-                                     "--disaggregation-bootstrap-port", str(bootstrap), "--chunked-prefill-size",
-                                     str(CHUNK)]), env={**MOONCAKE_ENV, **OPT_IN})
+    # The prefill engine as slime starts a prefill worker (tests/slime_launch.py, a stand-in for slime's engine actor:
+    # SGLang's own launch_server in a child process, SGLANG_R3_ENABLED=1, its PD keys), chunked: a prompt longer than
+    # CHUNK tokens is prefilled in chunks, and its rows travel with the last one.
+    pre = SlimeLaunchServer([json.dumps({**SLIME_OVERRIDES, **SPEC_OVERRIDES, "disaggregation_transfer_backend": "mooncake",
+                                         "chunked_prefill_size": CHUNK}), "prefill", str(bootstrap)],
+                            env={**MOONCAKE_ENV, **OPT_IN})
     # The decode engine retracts running requests (SGLang's own switch, every RETRACT_EVERY-th forward) and backs
     # their KV up into CPU tensors: a resumed request's KV comes back into new slots with no forward, and its rows
     # must follow. cpu_tensor, not 0.5.23's default host_pool: SGLang sizes a host pool after a 10 GiB reserve of host
@@ -152,12 +154,21 @@ def pd():
         dec.start()
         _wait(pre, pre.url + "/health", lambda r: True)
         _wait(dec, dec.url + "/health", lambda r: True)
+        # The gateway as slime's _start_router starts it (slime/ray/rollout.py): PD mode, no workers, circuit
+        # breaker and health checks off; each engine then registers itself (slime's _register_to_router: POST
+        # /workers, a prefill worker with its bootstrap port).
         port = free_port()
+        url = f"http://127.0.0.1:{port}"
         gw.spawn([sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation", "--host", "127.0.0.1",
-                  "--port", str(port), "--prefill", pre.url, str(bootstrap), "--decode", dec.url,
-                  "--policy", "round_robin", "--prometheus-port", str(free_port())], "sglang-router-pd-")
-        _wait(gw, f"http://127.0.0.1:{port}/health", lambda r: True, timeout=120)
-        yield Pair(pre, dec, bootstrap, f"http://127.0.0.1:{port}")
+                  "--port", str(port), "--policy", "round_robin", "--prometheus-port", str(free_port()),
+                  "--disable-circuit-breaker", "--disable-health-check"], "sglang-router-pd-")
+        _wait(gw, url + "/workers", lambda r: True, timeout=120)
+        for body in ({"url": pre.url, "worker_type": "prefill", "bootstrap_port": bootstrap},
+                     {"url": dec.url, "worker_type": "decode"}):
+            httpx.post(url + "/workers", json=body, timeout=60).raise_for_status()
+        _wait(gw, url + "/workers", lambda r: r.json()["stats"]["prefill_count"] == r.json()["stats"]["decode_count"] == 1,
+              timeout=120)
+        yield Pair(pre, dec, bootstrap, url)
     finally:
         gw.stop()
         dec.stop()
