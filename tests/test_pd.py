@@ -317,6 +317,35 @@ def test_an_mtp_section_whose_prompt_drafts_did_not_travel_is_refused_by_name(pd
     assert_main_rows_equal_plain_sglang(dec, _plain(plain_server, ids), len(ids), what="main rows, MTP on")
 
 
+def _set_weight_version(url: str, version: str) -> None:
+    r = httpx.post(url + "/update_weight_version", json={"new_version": version, "abort_all_requests": False},
+                   timeout=TIMEOUT)
+    assert r.status_code == 200, r.text
+
+
+def test_the_record_names_the_prefill_engines_weight_version_where_it_is_not_the_decode_engines(pd):
+    """The prompt's rows and the first output token come from the prefill engine's weights: where it serves another
+    weight version than the decode engine (SGLang's /update_weight_version on one engine), the output's
+    weight_versions spans name both and the record says ``mixed:`` (the trainer refuses it); where both serve one
+    version, that version."""
+    if _release() == "0.5.15.post1":
+        pytest.skip("SGLang 0.5.15.post1's scheduler holds only the start-up --weight-version: the prefill engine's "
+                    "current version is not known where the rows are sent (the decode engine's is recorded)")
+    ids = list(b"Weights of two engines")
+    try:
+        _set_weight_version(pd.pre.url, "v-prefill")
+        _, dec = pd.by_hand(ids, return_routing=True)
+        spans = [s["version"] if isinstance(s, dict) else s[0] for s in dec["meta_info"]["weight_versions"]]
+        assert spans == ["v-prefill", "default"], dec["meta_info"]["weight_versions"]
+        assert RoutingRecord.from_wire(dec["meta_info"]["routing"]).weight_version == "mixed:v-prefill,default"
+        _set_weight_version(pd.dec.url, "v-prefill")
+        _, dec = pd.by_hand(ids, return_routing=True)
+        assert RoutingRecord.from_wire(dec["meta_info"]["routing"]).weight_version == "v-prefill", dec["meta_info"]
+    finally:
+        _set_weight_version(pd.pre.url, "default")
+        _set_weight_version(pd.dec.url, "default")
+
+
 def test_a_prefill_engine_that_sends_no_rows_leaves_missing_rows_never_old_ones(plain_server):
     """SGLang 0.5.15.post1 pairs a decode engine with any prefill engine whose KV layout matches (0.5.23's KV layout
     digest refuses a peer without our rows). Plain SGLang prefilling for our decode engine sends KV and no rows: the

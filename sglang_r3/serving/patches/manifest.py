@@ -382,7 +382,16 @@ MANIFEST: Tuple[Touch, ...] = (
           "that arrived, or notes why its MTP section would be short", "(self, decode_req)"),
     Touch(f"{_PD_DECODE}.DecodeTransferQueue", "reads", "the decode scheduler (its request-to-token table)",
           attrs=("scheduler",)),
-    Touch(f"{_PD_DECODE}.DecodeRequest", "reads", "the request a committed transfer belongs to", attrs=("req",)),
+    Touch(f"{_PD_DECODE}.DecodeRequest", "reads", "the request a committed transfer belongs to, and its metadata slot "
+          "(the prefill engine's weight version)", attrs=("req", "metadata_buffer_index")),
+    Touch(f"{_RC}.get_serving", "uses", "the weight version this scheduler serves (a PD request's prefill engine's "
+          "and decode engine's)", "()", R23),
+    Touch("sglang.srt.utils.weight_versions.WeightVersionEvent", "uses",
+          "a PD request whose prefill engine served another weight version: that version, for its first output token",
+          attrs=("old_version", "num_output_tokens"), releases=R23),
+    Touch("sglang.srt.managers.schedule_batch.Req", "reads", "a PD request's metadata slot (prefill engine) and its "
+          "weight version events (decode engine)", attrs=("metadata_buffer_index", "weight_version_events"),
+          releases=R23),
     Touch(_SCHED, "reads", "the prefill engine's request-to-token table (a request's prompt slots)",
           attrs=("req_to_token_pool",)),
     Touch("sglang.srt.managers.schedule_batch.backup_kv_cache", "hook:before",
@@ -409,6 +418,9 @@ MANIFEST: Tuple[Touch, ...] = (
           "carrier (release.pd_rows_carrier)", attrs=("MINIMAX_INDEX_K",), releases=R15),
     Touch("sglang.srt.disaggregation.base.conn.KVArgs", "reads", "the state components set up so far; the KV's "
           "item sizes (logged beside the rows')", attrs=("state_types", "state_data_ptrs", "kv_item_lens")),
+    Touch("sglang.srt.disaggregation.base.conn.KVArgs", "reads", "the metadata (aux) buffers, one more appended: the "
+          "prefill engine's weight version per request", attrs=("aux_data_ptrs", "aux_data_lens", "aux_item_lens"),
+          releases=R23),
     Touch(f"{_MEMORY_POOL}.KVCache", "reads", "the KV page size (one transfer item per page)", attrs=("page_size",)),
     # -- CPU runtime (patches/cpu/) -------------------------------------------------------------------------
     Touch("sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender", "reads",

@@ -36,6 +36,15 @@ request's entries at their positions' slots and a mark at every prompt slot (``S
 has no entries to send: not asked for, or multi-layer MTP); after the transfer is committed the decode engine files
 them ahead of its own, or, where a prompt slot arrived unmarked, notes why the section would be short (the request's
 MTP section is then refused by name, ``mtp_drafted_on_prefill``).
+
+The weight version (0.5.23, whose scheduler knows the version it serves): the prompt's rows and the first output token
+come from the prefill engine's weights. Both engines append one more per-request metadata buffer (the transfer's aux
+buffers, indexed like SGLang's own by the request's metadata slot): the prefill engine writes the version it serves
+there before the last chunk's send; the decode engine reads it at commit, and where it is not the version it serves
+itself, files it as the version of the request's first output token (SGLang's own ``WeightVersionEvent``, as a
+weight update after that token would), so the output's ``weight_versions`` spans name both and the record's
+``weight_version`` says ``mixed:`` (the trainer refuses it). A request whose prefill engine sent no version is filed
+as ``unknown``, never as the decode engine's.
 """
 
 from __future__ import annotations
@@ -85,6 +94,35 @@ class DraftSlots:
 
 _draft_slots: "DraftSlots | None" = None  # this scheduler's, set with the KV transfer (one scheduler per process)
 
+VERSION_BYTES = 64  # a weight version's UTF-8 bytes, zero-padded; a longer one travels as its sha256
+UNSENT_VERSION = "unknown (the prefill engine sent no weight version)"
+_versions: "np.ndarray | None" = None  # [metadata slots, VERSION_BYTES] view of the aux buffer
+_version_tensor: "torch.Tensor | None" = None
+
+
+def _encode_version(version: str) -> np.ndarray:
+    raw = version.encode()
+    if len(raw) > VERSION_BYTES:
+        import hashlib
+
+        raw = ("sha256:" + hashlib.sha256(raw).hexdigest())[:VERSION_BYTES].encode()
+    out = np.zeros(VERSION_BYTES, np.uint8)
+    out[: len(raw)] = np.frombuffer(raw, np.uint8)
+    return out
+
+
+def _append_version_buffer(kv_args) -> None:
+    """One more aux (per-request metadata) buffer, after SGLang's: the prefill engine's weight version."""
+    global _versions, _version_tensor
+    if release.scheduler_weight_version() is None or not kv_args.aux_item_lens:
+        return
+    slots = int(kv_args.aux_data_lens[0]) // int(kv_args.aux_item_lens[0])  # SGLang's metadata slots
+    _version_tensor = torch.zeros((slots, VERSION_BYTES), dtype=torch.uint8)
+    _versions = _version_tensor.numpy()
+    kv_args.aux_data_ptrs.append(_version_tensor.data_ptr())
+    kv_args.aux_data_lens.append(_version_tensor.numel())
+    kv_args.aux_item_lens.append(VERSION_BYTES)
+
 _PREFILL = "sglang.srt.disaggregation.prefill"
 _DECODE = "sglang.srt.disaggregation.decode"
 
@@ -131,6 +169,7 @@ def append_capture_rows(result, kv_args, token_to_kv_pool, *args, **kwargs):
         [n * page for n in per_slot],
         **({"layer_ids": layer_ids} if carrier.layer_ids else {}),
     )
+    _append_version_buffer(kv_args)
     # SGLang's own KV items (one per page and layer buffer) beside ours: what the rows add to a request's transfer
     # (benchmarks/pd_cost.py reads this line).
     kv_bytes = sum(int(n) for n in kv_args.kv_item_lens) // page
@@ -145,12 +184,17 @@ def _prompt_slots(req_to_token_pool, req) -> np.ndarray:
     return req_to_token_pool.req_to_token[release.req_pool_idx(req), :n].to("cpu", torch.int64).numpy()
 
 
-def send_prompt_drafts(self, req, last_chunk=False, *args, **kwargs):
+def send_prompt_extras(self, req, last_chunk=False, *args, **kwargs):
     """Before the prefill engine's last chunk of a request is sent (``send_kv_chunk(req, last_chunk=True)``, which
-    sends the state components): every prompt slot's draft marks say what this request sends, never what a slot's
-    earlier request left; where its draft-extend filed entries, they are written at their positions' slots."""
+    sends the state components and the metadata): the weight version it serves, in the request's metadata slot; every
+    prompt slot's draft marks say what this request sends, never what a slot's earlier request left, and where its
+    draft-extend filed entries, they are written at their positions' slots."""
     cap = _capturer()
-    if not last_chunk or cap is None or _draft_slots is None:
+    if not last_chunk or cap is None:
+        return None
+    if _versions is not None and req.metadata_buffer_index >= 0:
+        _versions[req.metadata_buffer_index] = _encode_version(release.scheduler_weight_version()())
+    if _draft_slots is None:
         return None
     ids, tokens, marks = _draft_slots.views()
     slots = _prompt_slots(self.req_to_token_pool, req)
@@ -167,12 +211,15 @@ def send_prompt_drafts(self, req, last_chunk=False, *args, **kwargs):
     return None
 
 
-def take_prompt_drafts(result, self, decode_req, *args, **kwargs):
+def take_prompt_extras(result, self, decode_req, *args, **kwargs):
     """After the decode engine commits a request's transfer (``DecodeTransferQueue._commit_transfer_to_req``): the
-    prefill engine's prompt entries are filed ahead of this engine's, or, where a prompt slot arrived with no mark,
-    the request notes why its MTP section would be short."""
+    prefill engine's weight version, where it is not this engine's, becomes the version of the request's first
+    output token; the prefill engine's prompt entries are filed ahead of this engine's, or, where a prompt slot
+    arrived with no mark, the request notes why its MTP section would be short."""
     cap = _capturer()
     req = decode_req.req
+    if _versions is not None and decode_req.metadata_buffer_index >= 0:
+        _note_prefill_weight_version(req, decode_req.metadata_buffer_index)
     if cap is None or cap.draft is None or _draft_slots is None or release.req_pool_idx(req) is None:
         return result
     row = release.req_pool_idx(req)
@@ -201,6 +248,17 @@ def drop_drafts_of_freed_decode_request(self, req, *args, **kwargs):
     if cap is not None and cap.draft is not None and release.req_pool_idx(req) is not None:
         cap.draft.forget([release.req_pool_idx(req)])
     return None
+
+
+def _note_prefill_weight_version(req, index: int) -> None:
+    from sglang.srt.utils.weight_versions import WeightVersionEvent
+
+    raw = _versions[index].tobytes().rstrip(b"\0")
+    _versions[index] = 0  # the slot's next request reads only what its own prefill engine sends
+    prefill = raw.decode(errors="replace") if raw else UNSENT_VERSION
+    if prefill != release.scheduler_weight_version()():
+        # As SGLang files a weight update after the request's first output token (record_weight_version_events).
+        req.weight_version_events.insert(0, WeightVersionEvent(old_version=prefill, num_output_tokens=1))
 
 
 def unmark_preallocated_slots(result, self, req, *args, **kwargs):
@@ -281,8 +339,8 @@ def install_pd_patches() -> None:  # called once, by install_capture_patches
     register(f"{_DECODE}.DecodeReqToTokenPool.alloc", start_rows_without_drafts, "after")
     register(f"{_DECODE}.DecodeReqToTokenPool.free", drop_drafts_of_freed_decode_request, "before")
     register(f"{_DECODE}.DecodePreallocQueue._pre_alloc", unmark_preallocated_slots, "after")
-    register(f"{_PREFILL}.SchedulerDisaggregationPrefillMixin.send_kv_chunk", send_prompt_drafts, "before")
-    register(f"{_DECODE}.DecodeTransferQueue._commit_transfer_to_req", take_prompt_drafts, "after")
+    register(f"{_PREFILL}.SchedulerDisaggregationPrefillMixin.send_kv_chunk", send_prompt_extras, "before")
+    register(f"{_DECODE}.DecodeTransferQueue._commit_transfer_to_req", take_prompt_extras, "after")
     out, back = release.pd_retraction_targets()
     register(out, keep_rows_of_retracted_request, "before")
     register(back, put_back_rows_of_resumed_request, "after")

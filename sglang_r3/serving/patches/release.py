@@ -111,6 +111,17 @@ def pd_rows_carrier() -> PdRowsCarrier:
     return PdRowsCarrier("BLOCK_SCALE", True, "an MXFP8 KV cache's per-block scales (--kv-cache-dtype mxfp8)")
 
 
+def scheduler_weight_version() -> Optional[Callable[[], str]]:
+    """The weight version this scheduler serves now, where its scheduler knows it (0.5.23: ``get_serving()``, kept
+    current by ``/update_weight_version`` and weight updates, and per-request ``weight_version_events``); None on
+    0.5.15.post1, whose scheduler holds only the start-up ``--weight-version`` (its tokenizer manager stamps outputs)."""
+    if is_0_5_15():
+        return None
+    from sglang.srt.runtime_context import get_serving
+
+    return lambda: str(get_serving().weight_version)
+
+
 def pd_retraction_targets() -> Tuple[str, str]:
     """Where a PD decode engine copies a retracted request's KV out, and back into new slots on resume: (before
     hook, after hook). Both take the request first and its ReqToTokenPool among the rest."""
