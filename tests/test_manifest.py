@@ -182,7 +182,7 @@ def _other_libraries() -> set:
     """Attribute names of the non-SGLang objects patches/ handles: torch, numpy, the standard library, FastAPI
     routes, packaging versions, msgspec."""
     import argparse, builtins, collections, contextvars, ctypes, dataclasses, enum, functools, importlib
-    import importlib.metadata, importlib.util, inspect, itertools, logging, math, numbers, os, re as re_
+    import hashlib, importlib.metadata, importlib.util, inspect, itertools, logging, math, numbers, os, re as re_
     import sys as sys_, threading, types, typing
 
     import fastapi.routing
@@ -198,6 +198,7 @@ def _other_libraries() -> set:
                fastapi.routing.APIRoute, fastapi.FastAPI, msgspec, msgspec.structs, np, np.ndarray, np.dtype,
                packaging.version.Version, torch, torch.Tensor, torch.library, torch.library.Library, torch.cuda,
                torch.nn.Module, torch.nn.functional, torch.distributed, torch._C, enum.Enum, numbers,
+               hashlib, hashlib.sha256(),
                importlib.metadata, ctypes.c_void_p, ctypes.c_int64,
                type(ctypes.c_uint8 * 1),  # ctypes array types (from_address)
                types.FrameType, types.CodeType]  # release.constructing_engine walks the caller's frames
