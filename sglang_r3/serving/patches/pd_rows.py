@@ -49,8 +49,8 @@ as ``unknown``, never as the decode engine's.
 
 from __future__ import annotations
 
+import hashlib
 import logging
-
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,24 +97,22 @@ _draft_slots: "DraftSlots | None" = None  # this scheduler's, set with the KV tr
 VERSION_BYTES = 64  # a weight version's UTF-8 bytes, zero-padded; a longer one travels as its sha256
 UNSENT_VERSION = "unknown (the prefill engine sent no weight version)"
 _versions: "np.ndarray | None" = None  # [metadata slots, VERSION_BYTES] view of the aux buffer
-_version_tensor: "torch.Tensor | None" = None
+_version_tensor: "torch.Tensor | None" = None  # its storage, registered with the transfer (kept alive here)
+_served_version = None  # () -> the weight version this scheduler serves (release.scheduler_weight_version)
 
 
-def _encode_version(version: str) -> np.ndarray:
+def _wire_version(version: str) -> bytes:
     raw = version.encode()
     if len(raw) > VERSION_BYTES:
-        import hashlib
-
         raw = ("sha256:" + hashlib.sha256(raw).hexdigest())[:VERSION_BYTES].encode()
-    out = np.zeros(VERSION_BYTES, np.uint8)
-    out[: len(raw)] = np.frombuffer(raw, np.uint8)
-    return out
+    return raw
 
 
 def _append_version_buffer(kv_args) -> None:
     """One more aux (per-request metadata) buffer, after SGLang's: the prefill engine's weight version."""
-    global _versions, _version_tensor
-    if release.scheduler_weight_version() is None or not kv_args.aux_item_lens:
+    global _versions, _version_tensor, _served_version
+    _served_version = release.scheduler_weight_version()
+    if _served_version is None or not kv_args.aux_item_lens:
         return
     slots = int(kv_args.aux_data_lens[0]) // int(kv_args.aux_item_lens[0])  # SGLang's metadata slots
     _version_tensor = torch.zeros((slots, VERSION_BYTES), dtype=torch.uint8)
@@ -122,6 +120,7 @@ def _append_version_buffer(kv_args) -> None:
     kv_args.aux_data_ptrs.append(_version_tensor.data_ptr())
     kv_args.aux_data_lens.append(_version_tensor.numel())
     kv_args.aux_item_lens.append(VERSION_BYTES)
+
 
 _PREFILL = "sglang.srt.disaggregation.prefill"
 _DECODE = "sglang.srt.disaggregation.decode"
@@ -193,7 +192,9 @@ def send_prompt_extras(self, req, last_chunk=False, *args, **kwargs):
     if not last_chunk or cap is None:
         return None
     if _versions is not None and req.metadata_buffer_index >= 0:
-        _versions[req.metadata_buffer_index] = _encode_version(release.scheduler_weight_version()())
+        raw = _wire_version(_served_version())
+        _versions[req.metadata_buffer_index] = 0
+        _versions[req.metadata_buffer_index, : len(raw)] = np.frombuffer(raw, np.uint8)
     if _draft_slots is None:
         return None
     ids, tokens, marks = _draft_slots.views()
@@ -255,8 +256,8 @@ def _note_prefill_weight_version(req, index: int) -> None:
 
     raw = _versions[index].tobytes().rstrip(b"\0")
     _versions[index] = 0  # the slot's next request reads only what its own prefill engine sends
-    prefill = raw.decode(errors="replace") if raw else UNSENT_VERSION
-    if prefill != release.scheduler_weight_version()():
+    if raw != _wire_version(_served_version()):
+        prefill = raw.decode(errors="replace") if raw else UNSENT_VERSION
         # As SGLang files a weight update after the request's first output token (record_weight_version_events).
         req.weight_version_events.insert(0, WeightVersionEvent(old_version=prefill, num_output_tokens=1))
 
