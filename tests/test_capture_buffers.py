@@ -273,3 +273,40 @@ def test_draft_entries_are_filed_only_for_requests_that_asked_for_the_mtp_sectio
     assert not draft.has_staged() and torch.equal(draft.staging, staged)
     draft.file_forward([1], [3], [3], torch.arange(3), torch.arange(3), step=0)
     assert draft.collect(1, seqlen=100) is None
+
+
+def test_a_prompts_draft_entries_carried_to_another_capturer_come_first_and_a_late_arrival_is_refused():
+    """PD (patches/pd_rows.py): the prefill engine's capturer hands its draft-extend entries over, and the decode
+    engine's capturer files them ahead of its own rounds; entries arriving after its own could not be put in order,
+    so the section is refused, never reordered; a retracted request's entries come back into its new row."""
+    cfg = object()
+    pre = DraftCapturer({id(cfg): 1}, topk=4, dtype=torch.uint8, max_tokens=MAX_TOKENS, per_request=True)
+    pre.set_wanted(0, True)
+    ids = _ids(5, 7)
+    pre.capture(cfg, ids)
+    pre.file_forward([0], [5], [5], torch.arange(0, 5), torch.arange(101, 106), step=0)  # the prompt's draft-extend
+    sent = pre.prompt_entries(0)
+    assert sent["positions"].tolist() == [0, 1, 2, 3, 4] and (sent["step"] == 0).all()
+    pre.set_wanted(1, False)
+    assert pre.prompt_entries(1) is None  # not asked for: nothing to send
+
+    dec = DraftCapturer({id(cfg): 1}, topk=4, dtype=torch.uint8, max_tokens=MAX_TOKENS, per_request=True)
+    dec.set_wanted(3, True)
+    dec.file_carried(3, sent["positions"], sent["depth"], sent["tokens"], sent["experts"])
+    dec.capture(cfg, ids[:1])
+    dec.file_forward([3], [1], [1], torch.tensor([5]), torch.tensor([106]), step=1)  # a draft of round 0
+    dec.resolve_round([3], [1])
+    kept = dec.detach(3)  # retracted: its row is freed
+    dec.forget([3])
+    dec.set_wanted(8, True)
+    dec.attach(8, kept)  # resumed in another row
+    mtp = dec.collect(8, seqlen=100)
+    assert mtp.positions.tolist() == [0, 1, 2, 3, 4, 5] and mtp.step.tolist() == [0, 0, 0, 0, 0, 1]
+    assert mtp.experts.astype("int32").tolist() == ids.tolist() + ids[:1].tolist()
+    assert mtp.accepted.all() and dec.not_carried(8) is None
+
+    dec.set_wanted(4, True)
+    dec.capture(cfg, ids[:1])
+    dec.file_forward([4], [1], [1], torch.tensor([5]), torch.tensor([106]), step=0)
+    dec.file_carried(4, sent["positions"], sent["depth"], sent["tokens"], sent["experts"])
+    assert "after 1 entries of the decode engine" in dec.not_carried(4)

@@ -320,7 +320,10 @@ class DraftCapturer:
         if e is None:
             e = self._by_req[row] = _Entries(self._entry_dtype, max(_FIRST_CAPACITY, n))
         if e.n:
-            raise RuntimeError(f"request row {row} has {e.n} draft entries before its prompt's arrived")
+            # Not seen: entries of this engine before the prompt's (a transfer after decode rounds). The section
+            # could not be put in order: refused at collect, never out of order (and the scheduler keeps serving).
+            self.mark_not_carried(row, f"the prompt's draft entries arrived after {e.n} entries of the decode engine")
+            return
         e.reserve(n)
         block = e.rows[:n]
         block["positions"], block["depth"], block["tokens"], block["experts"] = positions, depths, tokens, experts
@@ -350,7 +353,8 @@ class DraftCapturer:
         entries, why = kept
         if entries is not None:
             if self._by_req.get(row) is not None and self._by_req[row].n:
-                raise RuntimeError(f"request row {row} has draft entries before a resumed request's came back")
+                # Not seen: entries filed in the new row before the kept ones came back; refused at collect.
+                why = why or "a resumed request's draft entries came back after entries of its new row"
             self._by_req[row] = entries
         if why is not None:
             self._not_carried[row] = why
