@@ -327,10 +327,8 @@ def test_the_record_names_the_prefill_engines_weight_version_where_it_is_not_the
     """The prompt's rows and the first output token come from the prefill engine's weights: where it serves another
     weight version than the decode engine (SGLang's /update_weight_version on one engine), the output's
     weight_versions spans name both and the record says ``mixed:`` (the trainer refuses it); where both serve one
-    version, that version."""
-    if _release() == "0.5.15.post1":
-        pytest.skip("SGLang 0.5.15.post1's scheduler holds only the start-up --weight-version: the prefill engine's "
-                    "current version is not known where the rows are sent (the decode engine's is recorded)")
+    version, that version. On 0.5.15.post1, whose scheduler holds only the start-up --weight-version, each engine's
+    TokenizerManager stamps the version it serves into the request (release.served_weight_version)."""
     ids = list(b"Weights of two engines")
     try:
         _set_weight_version(pd.pre.url, "v-prefill")

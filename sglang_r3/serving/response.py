@@ -127,6 +127,10 @@ def build(meta: Dict[str, Any], payload: EncodedRouting, asked: Asked, layout: M
     if captured.error is not None:
         refuse(meta, captured.error)
         return None
+    if captured.prefill_weight_version is not None:
+        # PD (0.5.15.post1): the prompt and the first output token came from the prefill engine's other weights.
+        spans = meta.get("weight_versions") or [{"version": meta.get("weight_version")}]
+        meta["weight_versions"] = [{"version": captured.prefill_weight_version}, *spans]
     kept = None
     if asked.record is not None:
         rec = record_of(captured, layout, meta, with_mtp=asked.mtp)

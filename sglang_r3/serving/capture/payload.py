@@ -41,6 +41,9 @@ class CapturedRouting:
     mtp: Optional[MtpRouting] = None
     tokens_digest: Optional[str] = None  # of the request's prompt + completion token ids
     error: Optional[RoutingUnavailable] = None
+    # PD on 0.5.15.post1: the weight version the prefill engine computed the prompt under, where it is not the decode
+    # engine's (patches/pd_rows.py); ``response.build`` adds it to the output's weight_versions spans.
+    prefill_weight_version: Optional[str] = None
 
 
 class PayloadBytes(bytes):
@@ -82,6 +85,7 @@ def encode_payload(
     mtp: Optional[MtpRouting] = None,
     tokens_digest: Optional[str] = None,
     error: Optional[RoutingUnavailable] = None,
+    prefill_weight_version: Optional[str] = None,
 ) -> bytes:
     dtype = "uint8" if experts.dtype == np.uint8 else "uint16"
     return msgpack.packb(
@@ -94,6 +98,7 @@ def encode_payload(
             "mtp": None if mtp is None else mtp.to_wire(binary=True),
             "digest": tokens_digest,
             "error": None if error is None else error.to_meta(),
+            "prefill_version": prefill_weight_version,
         },
         use_bin_type=True,
     )
@@ -112,4 +117,5 @@ def decode_payload(raw: bytes) -> CapturedRouting:
         mtp=mtp,
         tokens_digest=d.get("digest"),
         error=None if err is None else RoutingUnavailable(**err),
+        prefill_weight_version=d.get("prefill_version"),
     )

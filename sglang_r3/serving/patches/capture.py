@@ -245,7 +245,8 @@ def collect_request_rows(original, self, req):
     rows = rows.numpy()
     if rows.dtype == np.int16:
         rows = rows.view(np.uint16)
-    payload = encode_payload(start, rows, mtp, tokens_digest=token_digest(tokens), error=error)
+    payload = encode_payload(start, rows, mtp, tokens_digest=token_digest(tokens), error=error,
+                             prefill_weight_version=getattr(req, release.PREFILL_VERSION_ATTR, None))
     req.routed_experts = PayloadBytes(payload)
     _export_counters(cap)
     return None

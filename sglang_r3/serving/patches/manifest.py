@@ -385,13 +385,33 @@ MANIFEST: Tuple[Touch, ...] = (
     Touch(f"{_PD_DECODE}.DecodeRequest", "reads", "the request a committed transfer belongs to, and its metadata slot "
           "(the prefill engine's weight version)", attrs=("req", "metadata_buffer_index")),
     Touch(f"{_RC}.get_serving", "uses", "the weight version this scheduler serves (a PD request's prefill engine's "
-          "and decode engine's)", "()", R23),
+          "and decode engine's; release.served_weight_version)", "()", R23),
     Touch("sglang.srt.utils.weight_versions.WeightVersionEvent", "uses",
           "a PD request whose prefill engine served another weight version: that version, for its first output token",
           attrs=("old_version", "num_output_tokens"), releases=R23),
-    Touch("sglang.srt.managers.schedule_batch.Req", "reads", "a PD request's metadata slot (prefill engine) and its "
-          "weight version events (decode engine)", attrs=("metadata_buffer_index", "weight_version_events"),
-          releases=R23),
+    Touch("sglang.srt.managers.schedule_batch.Req", "reads", "a PD request's metadata slot (the prefill engine's "
+          "weight version rides in its metadata row)", attrs=("metadata_buffer_index",)),
+    Touch("sglang.srt.managers.schedule_batch.Req", "reads", "a PD decode engine's request's weight version events "
+          "(its prefill engine's other version is filed there)", attrs=("weight_version_events",), releases=R23),
+    Touch("sglang.srt.managers.schedule_batch.Req", "reads", "the weight version a PD engine's TokenizerManager "
+          "stamped into the request's sampling params (0.5.15's scheduler holds none)", attrs=("sampling_params",),
+          releases=R15),
+    Touch("sglang.srt.sampling.sampling_params.SamplingParams", "reads", "a PD request's custom_params carry the weight "
+          "version its engine serves (release.WEIGHT_VERSION_STAMP; SGLang hands them to the scheduler as they are)",
+          attrs=("custom_params",), releases=R15),
+    Touch(f"{_TM}._create_tokenized_object", "hook:after",
+          "a PD engine stamps the request it sends its scheduler with the weight version it serves now (0.5.15's "
+          "scheduler knows only the start-up --weight-version)",
+          "(self, obj, input_text, input_ids, input_embeds=None, mm_inputs=None, token_type_ids=None)", R15),
+    Touch(_SA, "reads", "whether a TokenizerManager serves a PD engine, and the weight version it serves now",
+          attrs=("disaggregation_mode", "weight_version"), releases=R15),
+    Touch("sglang.srt.disaggregation.utils.MetadataBuffers", "reads", "the first output token's metadata row (int32 "
+          "[size, 16]; SGLang reads only [0]): its 15 spare ints carry the prefill engine's weight version",
+          attrs=("output_ids",)),
+    Touch(_SCHED, "reads", "the prefill engine's metadata buffers (the row its weight version rides in)",
+          attrs=("disagg_metadata_buffers",)),
+    Touch(f"{_PD_DECODE}.DecodeTransferQueue", "reads", "the decode engine's metadata buffers (the prefill engine's "
+          "weight version arrives there)", attrs=("metadata_buffers",)),
     Touch(_SCHED, "reads", "the prefill engine's request-to-token table (a request's prompt slots)",
           attrs=("req_to_token_pool",)),
     Touch("sglang.srt.managers.schedule_batch.backup_kv_cache", "hook:before",

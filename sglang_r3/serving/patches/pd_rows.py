@@ -37,14 +37,17 @@ has no entries to send: not asked for, or multi-layer MTP); after the transfer i
 them ahead of its own, or, where a prompt slot arrived unmarked, notes why the section would be short (the request's
 MTP section is then refused by name, ``mtp_drafted_on_prefill``).
 
-The weight version (0.5.23, whose scheduler knows the version it serves): the prompt's rows and the first output token
-come from the prefill engine's weights. Both engines append one more per-request metadata buffer (the transfer's aux
-buffers, indexed like SGLang's own by the request's metadata slot): the prefill engine writes the version it serves
-there before the last chunk's send; the decode engine reads it at commit, and where it is not the version it serves
-itself, files it as the version of the request's first output token (SGLang's own ``WeightVersionEvent``, as a
-weight update after that token would), so the output's ``weight_versions`` spans name both and the record's
-``weight_version`` says ``mixed:`` (the trainer refuses it). A request whose prefill engine sent no version is filed
-as ``unknown``, never as the decode engine's.
+The weight version: the prompt's rows and the first output token come from the prefill engine's weights. The prefill
+engine writes the version it serves into the request's metadata row before the last chunk's send, in the 15 spare
+int32 of SGLang's ``MetadataBuffers.output_ids`` row (16 wide for the 64 B RDMA minimum; SGLang reads only its first:
+the first output token). No buffer is added, so a peer without sglang-r3 still pairs (it leaves the spare ints zero:
+``unknown``). The decode engine reads it at commit, and where it is not the version it serves itself files it as the
+version of the request's first output token (``release.file_prefill_weight_version``: 0.5.23 inserts SGLang's own
+``WeightVersionEvent``, as a weight update after that token would; 0.5.15.post1, whose scheduler holds no version,
+hands it to the record in the routing payload). The output's ``weight_versions`` spans then name both and the
+record's ``weight_version`` says ``mixed:`` (the trainer refuses it). A request whose prefill engine sent no version
+is filed as ``unknown``, never as the decode engine's. Where a scheduler learns the version it serves:
+``release.served_weight_version``.
 """
 
 from __future__ import annotations
@@ -94,32 +97,31 @@ class DraftSlots:
 
 _draft_slots: "DraftSlots | None" = None  # this scheduler's, set with the KV transfer (one scheduler per process)
 
-VERSION_BYTES = 64  # a weight version's UTF-8 bytes, zero-padded; a longer one travels as its sha256
+VERSION_INTS = slice(1, 16)  # of a MetadataBuffers.output_ids row (int32 [size, 16]): SGLang reads only [0]
+VERSION_BYTES = 60  # a weight version's UTF-8 bytes, zero-padded; a longer one travels as its sha256
 UNSENT_VERSION = "unknown (the prefill engine sent no weight version)"
-_versions: "np.ndarray | None" = None  # [metadata slots, VERSION_BYTES] view of the aux buffer
-_version_tensor: "torch.Tensor | None" = None  # its storage, registered with the transfer (kept alive here)
-_served_version = None  # () -> the weight version this scheduler serves (release.scheduler_weight_version)
 
 
-def _wire_version(version: str) -> bytes:
-    raw = version.encode()
+def _wire_version(version) -> bytes:
+    """The version as it travels (zero-padded to VERSION_BYTES); None (not known here) travels as zeros."""
+    raw = b"" if version is None else str(version).encode()
     if len(raw) > VERSION_BYTES:
         raw = ("sha256:" + hashlib.sha256(raw).hexdigest())[:VERSION_BYTES].encode()
+    return raw.ljust(VERSION_BYTES, b"\0")
+
+
+def _write_version(metadata_buffers, index: int, version) -> None:
+    row = torch.from_numpy(np.frombuffer(_wire_version(version), dtype=np.int32).copy())
+    metadata_buffers.output_ids[index, VERSION_INTS] = row.to(metadata_buffers.output_ids.device)
+
+
+def _take_version(metadata_buffers, index: int) -> bytes:
+    """What the prefill engine wrote (all zeros for a peer without sglang-r3); the row's spare ints are cleared, so a
+    transfer that brings no metadata (a fake one) never reads a slot's earlier request's."""
+    ints = metadata_buffers.output_ids[index, VERSION_INTS]
+    raw = ints.to("cpu").numpy().tobytes()
+    ints.zero_()
     return raw
-
-
-def _append_version_buffer(kv_args) -> None:
-    """One more aux (per-request metadata) buffer, after SGLang's: the prefill engine's weight version."""
-    global _versions, _version_tensor, _served_version
-    _served_version = release.scheduler_weight_version()
-    if _served_version is None or not kv_args.aux_item_lens:
-        return
-    slots = int(kv_args.aux_data_lens[0]) // int(kv_args.aux_item_lens[0])  # SGLang's metadata slots
-    _version_tensor = torch.zeros((slots, VERSION_BYTES), dtype=torch.uint8)
-    _versions = _version_tensor.numpy()
-    kv_args.aux_data_ptrs.append(_version_tensor.data_ptr())
-    kv_args.aux_data_lens.append(_version_tensor.numel())
-    kv_args.aux_item_lens.append(VERSION_BYTES)
 
 
 _PREFILL = "sglang.srt.disaggregation.prefill"
@@ -168,7 +170,6 @@ def append_capture_rows(result, kv_args, token_to_kv_pool, *args, **kwargs):
         [n * page for n in per_slot],
         **({"layer_ids": layer_ids} if carrier.layer_ids else {}),
     )
-    _append_version_buffer(kv_args)
     # SGLang's own KV items (one per page and layer buffer) beside ours: what the rows add to a request's transfer
     # (benchmarks/pd_cost.py reads this line).
     kv_bytes = sum(int(n) for n in kv_args.kv_item_lens) // page
@@ -191,10 +192,8 @@ def send_prompt_extras(self, req, last_chunk=False, *args, **kwargs):
     cap = _capturer()
     if not last_chunk or cap is None:
         return None
-    if _versions is not None and req.metadata_buffer_index >= 0:
-        raw = _wire_version(_served_version())
-        _versions[req.metadata_buffer_index] = 0
-        _versions[req.metadata_buffer_index, : len(raw)] = np.frombuffer(raw, np.uint8)
+    if req.metadata_buffer_index >= 0:
+        _write_version(self.disagg_metadata_buffers, req.metadata_buffer_index, release.served_weight_version(req))
     if _draft_slots is None:
         return None
     ids, tokens, marks = _draft_slots.views()
@@ -219,8 +218,8 @@ def take_prompt_extras(result, self, decode_req, *args, **kwargs):
     arrived with no mark, the request notes why its MTP section would be short."""
     cap = _capturer()
     req = decode_req.req
-    if _versions is not None and decode_req.metadata_buffer_index >= 0:
-        _note_prefill_weight_version(req, decode_req.metadata_buffer_index)
+    if decode_req.metadata_buffer_index >= 0:
+        _note_prefill_weight_version(req, self.metadata_buffers, decode_req.metadata_buffer_index)
     if cap is None or cap.draft is None or _draft_slots is None or release.req_pool_idx(req) is None:
         return result
     row = release.req_pool_idx(req)
@@ -251,15 +250,11 @@ def drop_drafts_of_freed_decode_request(self, req, *args, **kwargs):
     return None
 
 
-def _note_prefill_weight_version(req, index: int) -> None:
-    from sglang.srt.utils.weight_versions import WeightVersionEvent
-
-    raw = _versions[index].tobytes().rstrip(b"\0")
-    _versions[index] = 0  # the slot's next request reads only what its own prefill engine sends
-    if raw != _wire_version(_served_version()):
-        prefill = raw.decode(errors="replace") if raw else UNSENT_VERSION
-        # As SGLang files a weight update after the request's first output token (record_weight_version_events).
-        req.weight_version_events.insert(0, WeightVersionEvent(old_version=prefill, num_output_tokens=1))
+def _note_prefill_weight_version(req, metadata_buffers, index: int) -> None:
+    raw = _take_version(metadata_buffers, index)
+    if raw != _wire_version(release.served_weight_version(req)):
+        prefill = raw.rstrip(b"\0").decode(errors="replace") or UNSENT_VERSION
+        release.file_prefill_weight_version(req, prefill)
 
 
 def unmark_preallocated_slots(result, self, req, *args, **kwargs):

@@ -111,15 +111,45 @@ def pd_rows_carrier() -> PdRowsCarrier:
     return PdRowsCarrier("BLOCK_SCALE", True, "an MXFP8 KV cache's per-block scales (--kv-cache-dtype mxfp8)")
 
 
-def scheduler_weight_version() -> Optional[Callable[[], str]]:
-    """The weight version this scheduler serves now, where its scheduler knows it (0.5.23: ``get_serving()``, kept
-    current by ``/update_weight_version`` and weight updates, and per-request ``weight_version_events``); None on
-    0.5.15.post1, whose scheduler holds only the start-up ``--weight-version`` (its tokenizer manager stamps outputs)."""
+# 0.5.15.post1: the key under which a PD engine's TokenizerManager stamps the version it serves into a request's
+# sampling params (custom_params travel to the scheduler with the request; its scheduler holds no version of its own).
+WEIGHT_VERSION_STAMP = "sglang_r3_weight_version"
+# 0.5.15.post1: where a PD decode engine's request keeps its prefill engine's weight version for its routing payload.
+PREFILL_VERSION_ATTR = "_r3_prefill_weight_version"
+
+
+def served_weight_version(req) -> Optional[str]:
+    """The weight version this scheduler serves ``req`` with. 0.5.23: ``get_serving()``, kept current by
+    ``/update_weight_version`` and weight updates. 0.5.15.post1, whose scheduler holds only the start-up
+    ``--weight-version``: what its TokenizerManager stamped into the request (``weight_version_stamp_target``), None
+    where nothing was stamped."""
     if is_0_5_15():
-        return None
+        params = req.sampling_params.custom_params
+        return params.get(WEIGHT_VERSION_STAMP) if isinstance(params, dict) else None
     from sglang.srt.runtime_context import get_serving
 
-    return lambda: str(get_serving().weight_version)
+    return str(get_serving().weight_version)
+
+
+def file_prefill_weight_version(req, version: str) -> None:
+    """A PD decode engine's request whose prompt was computed under another weight version (``version``, its prefill
+    engine's): 0.5.23 files it as SGLang does a weight update after the request's first output token
+    (``WeightVersionEvent``; the output's ``weight_versions`` spans name both); 0.5.15.post1 keeps it on the request
+    for its routing payload (patches/capture.py; ``response.build`` adds it to the spans)."""
+    if is_0_5_15():
+        setattr(req, PREFILL_VERSION_ATTR, version)
+        return
+    from sglang.srt.utils.weight_versions import WeightVersionEvent
+
+    req.weight_version_events.insert(0, WeightVersionEvent(old_version=version, num_output_tokens=1))
+
+
+def weight_version_stamp_target() -> Optional[str]:
+    """The TokenizerManager method whose tokenized request a PD engine stamps with the version it serves (an AFTER
+    hook; it returns the tokenized request); None on 0.5.23, whose scheduler knows the version itself."""
+    if is_0_5_15():
+        return "sglang.srt.managers.tokenizer_manager.TokenizerManager._create_tokenized_object"
+    return None
 
 
 def pd_retraction_targets() -> Tuple[str, str]:

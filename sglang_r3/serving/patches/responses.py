@@ -98,6 +98,18 @@ def note_weight_update(result, self, *args, **kwargs):
     return result
 
 
+def stamp_weight_version(result, self, *args, **kwargs):
+    """After a PD engine's TokenizerManager builds a request for its scheduler (0.5.15.post1, whose scheduler holds
+    only the start-up ``--weight-version``): the version it serves now rides in the request's ``custom_params``
+    (which SGLang hands to the scheduler's request as they are), for pd_rows.py to send or compare."""
+    params = getattr(result, "sampling_params", None)
+    if self.server_args.disaggregation_mode != "null" and params is not None:
+        if params.custom_params is None or isinstance(params.custom_params, dict):
+            params.custom_params = {**(params.custom_params or {}),
+                                    release.WEIGHT_VERSION_STAMP: str(self.server_args.weight_version)}
+    return result
+
+
 def _after_async(hook):
     """An AFTER hook for a coroutine method: SGLang's registry calls AFTER hooks with the coroutine itself."""
     def around(original, self, *args, **kwargs):
@@ -116,6 +128,8 @@ def install_response_patches() -> None:
     if release.is_0_5_15():
         for method in _WEIGHT_UPDATES_0_5_15:
             register(f"{_TM}.{method}", _after_async(note_weight_update), "around")
+    if (stamp := release.weight_version_stamp_target()) is not None:
+        register(stamp, stamp_weight_version, "after")
 
 
 # The TokenizerManager methods that apply new weights in 0.5.15 (each returns (success, message, ...)).
