@@ -37,7 +37,7 @@ def test_the_compatibility_results_count_the_manifest_as_it_is():
     results = json.loads(_text("docs/compatibility.json"))["releases"]
     assert results
     for r in results:
-        # tools/releases.check_release's count: every entry but routes and torch ops, of the nearest served release
+        # tools/releases/check.py's check_release count: every entry but routes and torch ops, of the nearest served release
         want = sum(1 for e in entries(r["nearest"]) if e.kind not in ("route", "op"))
         assert r["checked"] == want, (
             f"docs/compatibility.json: SGLang {r['version']} was checked against {r['checked']} targets, the manifest "
@@ -49,7 +49,7 @@ def test_slime_md_gives_the_manifest_checks_count_of_0_5_15():
     from sglang_r3.serving.patches.versions import V0_5_15
 
     counts = re.findall(r"manifest check is clean \((\d+) of (\d+) targets\)", _flat("docs/slime.md"))
-    # `python -m sglang_r3.serving.patches.manifest` prints "N of N SGLang targets": every entry of the release
+    # `python -m sglang_r3.tools.manifest` prints "N of N SGLang targets": every entry of the release
     assert counts == [(str(len(entries(V0_5_15))),) * 2]
 
 

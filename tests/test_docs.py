@@ -23,7 +23,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 import pytest
 
 from sglang_r3.core import codes, settings
-from sglang_r3.serving.patches import manifest
+from sglang_r3.tools import manifest
 
 pytestmark = pytest.mark.fast
 
@@ -398,7 +398,7 @@ def _commands(text: str, module: str, *, blocks_only: bool) -> List[List[str]]:
 
 def test_the_architecture_doc_shows_the_manifest_as_it_is():
     table = manifest.markdown()
-    assert table in DOC, "regenerate the table: python -m sglang_r3.serving.patches.manifest --markdown"
+    assert table in DOC, "regenerate the table: python -m sglang_r3.tools.manifest --markdown"
 
 
 def _modules():

@@ -6,7 +6,7 @@ we wrote against on each: the parameter names, kinds and defaults of a callable 
 out: SGLang moves them between strings and objects without changing a call), or the attributes we read
 of an SGLang object. ``hooks.register`` refuses a target that is not listed for the installed release or
 whose signature differs; ``check`` resolves every entry of a release (``python -m
-sglang_r3.serving.patches.manifest`` prints the differences). ``tests/test_manifest.py`` fails on any
+sglang_r3.tools.manifest`` prints the differences). ``tests/test_manifest.py`` fails on any
 SGLang name ``patches/`` imports, names, hooks or reads that is not listed here.
 
 Kinds: ``hook`` (SGLang's HookRegistry: around / before / after / replace), ``instance`` (we
@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-from sglang_r3.serving.patches.versions import SERVED, V0_5_15, V0_5_23, in_force, installed
+from sglang_r3.serving.patches.versions import SERVED, V0_5_15, V0_5_23, in_force
 
 R15: Tuple[str, ...] = (V0_5_15,)
 R23: Tuple[str, ...] = (V0_5_23,)
@@ -947,46 +947,3 @@ def check(entries_: Optional[Tuple[Touch, ...]] = None, *, release: Optional[str
             if gone:
                 out.append((e.target, f"no attribute {', '.join(gone)} (read by sglang-r3)"))
     return out
-
-
-def markdown() -> str:
-    """The manifest as the table in docs/architecture.md (``--markdown``; a test keeps the two equal)."""
-    lines = ["| target | kind | releases | why | signature written against / attributes read |", "|---|---|---|---|---|"]
-    for e in MANIFEST:
-        rel = "all" if e.releases == SERVED else ", ".join(e.releases)
-        if isinstance(e.signature, Mapping):
-            sig = "; ".join(f"{r}: `{s}`" for r, s in e.signature.items())
-        elif e.signature:
-            sig = f"`{e.signature}`"
-        else:
-            sig = ", ".join(f"`{a}`" for a in e.attrs)
-        lines.append(f"| `{e.target}` | {e.kind} | {rel} | {e.why} | {sig} |")
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    import sys
-
-    args = sys.argv[1:] if argv is None else argv
-    if "--markdown" in args:
-        print(markdown(), end="")
-        return 0
-    from sglang_r3.dev.cpu import activate_cpu_runtime, has_gpu
-
-    if not has_gpu():  # sgl-kernel's modules need the libcuda stand-in to import on a CPU host
-        activate_cpu_runtime()
-        # and, as a CPU server registers them first, the torch ops SGLang's CPU-path modules read at import
-        from sglang_r3.serving.patches.cpu.torch_ops import register_torch_ops
-
-        register_torch_ops()
-    release = in_force()
-    bad = check(release=release)
-    for target, why in bad:
-        print(f"CHANGED {target}: {why}")
-    n = len(entries(release))
-    print(f"{n - len(bad)} of {n} SGLang targets of {release} as written against (installed: SGLang {installed()})")
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
