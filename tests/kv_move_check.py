@@ -12,7 +12,7 @@ if __name__ == "__main__":
     from sglang_r3.dev.cpu import activate_cpu_runtime
 
     activate_cpu_runtime()
-    from sglang_r3.serving.patches.cpu import install_cpu_patches
+    from sglang_r3.serving.cpu_runtime import install_cpu_patches
 
     install_cpu_patches()
 
@@ -23,7 +23,7 @@ if __name__ == "__main__":
     from sglang_r3.serving.capture import RoutingCapturer
     from sglang_r3.dev.embedded import ensure_embedded_model
     from sglang_r3.core.layout import layout_from_model_path
-    from sglang_r3.serving.patches.capture import _follow_kv_moves
+    from sglang_r3.serving.adapter.capture_site import _follow_kv_moves
 
     layout = layout_from_model_path(str(ensure_embedded_model()))
     pool = MHATokenToKVPool(

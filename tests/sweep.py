@@ -11,7 +11,7 @@ do, ``sglang.test.layer_ut_utils``), then for each architecture:
   from) builds ``TopK`` / ``FusedMoE`` / ``get_moe_impl_class``.
 * **with a layout rule** (``sglang_r3.core.families``): the tiny config below (the config class SGLang builds: its
   own or transformers'), SGLang's model class built on the meta device, its routers read by the same code the
-  server's start-up check runs (``patches/served_layout.py``: ``TopK`` layer ids and routed top-k, ``FusedMoE``
+  server's start-up check runs (``adapter/served_layout.py``: ``TopK`` layer ids and routed top-k, ``FusedMoE``
   experts) must be the layout's main MoE layers; its draft model (the architecture SGLang's own
   ``ModelConfig._config_draft_model`` picks) must route as the layout's MTP layers; where transformers has a
   class of that name, its module tree (which decoder layers hold experts) must agree too; the layout from the
@@ -363,7 +363,7 @@ def init_runtime() -> None:
         activate_cpu_runtime()
         # What a server's processes install before SGLang's registry imports its models (the *_cpu ops Qwen3.5's
         # module reads at import, the device-module answer Qwen3-Next's layers are built with): the same module tree.
-        from sglang_r3.serving.patches.cpu import install_cpu_patches
+        from sglang_r3.serving.cpu_runtime import install_cpu_patches
 
         install_cpu_patches()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -502,7 +502,7 @@ def transformers_moe_layers(arch: str, cfg) -> Optional[List[int]]:
 def prove(arch: str) -> Dict[str, Any]:
     from sglang_r3.core.families import family_of
     from sglang_r3.core.layout import layout_from_hf_config
-    from sglang_r3.serving.patches import served_layout
+    from sglang_r3.serving.adapter import served_layout
 
     model_type, values = SPECS[arch]
     cfg = config_object(arch, model_type, values)
@@ -632,7 +632,7 @@ def prove_substitute(arch: str, originals: List[tuple]) -> Dict[str, Any]:
     (``served_layout.check_main``), here the substitute built on the meta device from the original's tiny config."""
     from sglang_r3.core.families import family_of
     from sglang_r3.core.layout import layout_from_hf_config
-    from sglang_r3.serving.patches import served_layout
+    from sglang_r3.serving.adapter import served_layout
 
     by_original: Dict[str, List[str]] = {}
     for original, quant in originals:

@@ -54,7 +54,7 @@ def test_its_cpu_selftest_runs_every_check_without_sglang():
 
 def test_the_capture_modules_import_without_sglang():
     out = _ok(_run("""
-import sglang_r3.serving.capture.capturer, sglang_r3.serving.capture.draft, sglang_r3.trainer.filler, sglang_r3.trainer.health
+import sglang_r3.serving.capture.capturer, sglang_r3.serving.capture.draft, sglang_r3.trainer.megatron, sglang_r3.trainer.health
 print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & BLOCKED)))
 """, ABSENT))
     assert json.loads(out.splitlines()[-1]) == []

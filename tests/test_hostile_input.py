@@ -693,9 +693,9 @@ def _embedded_tokenizer():
     return AutoTokenizer.from_pretrained(str(ensure_embedded_model()))
 
 
-@pytest.mark.sglang  # sglang_r3.serving.patches imports SGLang
+@pytest.mark.sglang  # sglang_r3.serving.adapter imports SGLang
 def test_tokenizer_max_id_is_measured_again_when_tokens_are_added_and_unknown_for_other_tokenizers():
-    from sglang_r3.serving.patches.input_guard import tokenizer_max_id
+    from sglang_r3.serving.refusals.input_guard import tokenizer_max_id
 
     tok = _embedded_tokenizer()
     assert tokenizer_max_id(tok) == max(tok.get_vocab().values()) == len(tok) - 1

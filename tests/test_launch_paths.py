@@ -331,8 +331,8 @@ def our_launchers_resolved_args():
 
     if CPU:
         activate_cpu_runtime()
-    from sglang_r3.serving.patches.api import prepare_server_args
-    from sglang_r3.serving.patches.release import resolved
+    from sglang_r3.serving.adapter.api import prepare_server_args
+    from sglang_r3.serving.seam.release import resolved
 
     server_args, resolve = prepare_server_args(resolve_argv([], cpu=CPU))
     resolve()
@@ -342,7 +342,7 @@ def our_launchers_resolved_args():
 
 
 def test_opt_in_requires_exactly_what_our_launcher_adds(our_launchers_resolved_args, monkeypatch):
-    from sglang_r3.serving.patches.opt_in import missing_settings
+    from sglang_r3.serving.adapter.opt_in import missing_settings
 
     monkeypatch.delenv(settings.DEFAULT_ROUTING, raising=False)
     assert missing_settings(our_launchers_resolved_args) == []
@@ -359,7 +359,7 @@ def test_opt_in_requires_exactly_what_our_launcher_adds(our_launchers_resolved_a
 def test_hook_target_whose_module_fails_to_import_is_named_with_its_own_error(tmp_path, monkeypatch):
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from sglang_r3.serving.patches import hooks
+    from sglang_r3.serving.seam import hooks
 
     pkg = tmp_path / "r3_probe_pkg"
     pkg.mkdir()
@@ -407,12 +407,12 @@ _PLUGIN_STATE = textwrap.dedent("""
     load_plugins()
     from sglang.srt.server_args import ServerArgs
     from sglang.srt.managers.tokenizer_manager import TokenizerManager
-    import importlib.metadata  # not our package: importing it would load sglang_r3.serving.patches
+    import importlib.metadata  # not our package: importing it would load sglang_r3.serving.adapter
     resolution, response = (("__post_init__", "_wait_one_response")
                             if importlib.metadata.version("sglang") == "0.5.15.post1"
                             else ("resolve_once", "_stream_one_response"))
     print(json.dumps({
-        "ours_loaded": "sglang_r3.serving.patches" in sys.modules,
+        "ours_loaded": "sglang_r3.serving.adapter" in sys.modules,
         "hooks": sorted([t, src.plugin_name if src else None] for t, hs in HookRegistry._hooks.items() for _, _, src in hs),
         "wrapped": [f for f, o in (("ServerArgs.resolution", getattr(ServerArgs, resolution)),
                                    ("ServerArgs.check_server_args", ServerArgs.check_server_args),
@@ -444,7 +444,7 @@ def test_without_the_opt_in_sglang_loads_our_plugin_and_it_installs_nothing():
     # The same loader with the opt-in: the methods above are ours to wrap, and only then.
     on = _plugin_state({**OPT_IN, "SGLANG_PLUGINS": None})
     ours = {t for t, src in on["hooks"] if src == "sglang_r3"}
-    from sglang_r3.serving.patches.versions import installed
+    from sglang_r3.serving.seam.versions import installed
 
     response = "_wait_one_response" if installed() == "0.5.15.post1" else "_stream_one_response"
     assert {"sglang.srt.server_args.ServerArgs.check_server_args",

@@ -3,7 +3,7 @@ own ``launch_server`` with slime's PD keys, ``SGLANG_R3_ENABLED=1``, chunked pre
 launcher), EAGLE MTP on both, KV over Mooncake's TCP transport, behind SGLang's gateway in PD mode started as slime
 starts it (no workers; each engine registers itself through ``/workers``), against a unified server of plain SGLang.
 
-The prompt's rows travel with its KV (sglang_r3/serving/patches/pd_rows.py), so the decode engine's record holds
+The prompt's rows travel with its KV (sglang_r3/serving/adapter/pd_rows.py), so the decode engine's record holds
 the rows the prefill engine's target forward wrote. The reference is plain SGLang's own capturer on a unified server
 (``plain_server``: no sglang-r3, spec off) on the same greedy prompts: output tokens equal, our record's main rows
 equal its rows at the MoE layers, and upstream's ``routed_experts`` on the decode engine equal its field byte for

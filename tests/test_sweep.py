@@ -117,7 +117,7 @@ import dataclasses, sys
 from tests import sweep
 sweep.init_runtime()
 from sglang_r3.core.layout import layout_from_hf_config, ModelLayout, LayerInfo
-from sglang_r3.serving.patches import served_layout
+from sglang_r3.serving.adapter import served_layout
 mt, values = sweep.SPECS["Qwen3MoeForCausalLM"]
 cfg = sweep.config_object("Qwen3MoeForCausalLM", mt, values)
 layout = layout_from_hf_config(cfg)

@@ -4,7 +4,7 @@ never installed or imported).
 
 Start-up refuses a release outside ``SERVED`` by checking the manifest against the installed SGLang; this does the
 same check for every release in between without installing one, so the table says what each would be refused for
-and what it pins. Each target is resolved in the release's own sources with ``ast`` as ``patches.resolve`` would
+and what it pins. Each target is resolved in the release's own sources with ``ast`` as ``seam.resolve`` would
 import it (submodules, re-exports, module aliases, classes and their sglang bases, class bodies, dataclass fields,
 ``self.<attr> =``), its signature built as ``manifest.signature_of`` prints one, and each difference worded as
 ``manifest.check`` words it (tests/test_releases.py holds the two to the same answers on the installed SGLang).
@@ -31,8 +31,8 @@ from email.parser import Parser
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from sglang_r3.serving.patches.manifest import Touch, entries
-from sglang_r3.serving.patches.versions import SERVED, V0_5_15, V0_5_23, nearest
+from sglang_r3.serving.seam.manifest import Touch, entries
+from sglang_r3.serving.seam.versions import SERVED, V0_5_15, V0_5_23, nearest
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: pyproject.toml and docs/
 FIRST, LAST = V0_5_15, V0_5_23  # the window: the served releases and every release published between them
@@ -650,7 +650,7 @@ def _lazy_table(tree: Optional[ast.Module]) -> Dict[str, str]:
 
 
 def _resolve(src: Source, target: str) -> Obj:
-    """As ``patches.resolve.resolve``: packages descended while the next part is a submodule, then attributes;
+    """As ``seam.resolve.resolve``: packages descended while the next part is a submodule, then attributes;
     an unresolvable name raises Unresolved with the error the import would raise."""
     parts = target.split(".")
     if not src.exists(parts[0]):
@@ -878,10 +878,10 @@ def render(releases: Sequence[Release], other: Optional[Dict[str, str]] = None) 
         "--render docs/compatibility.json --write docs/compatibility.md`). Do not edit by hand. -->",
         "",
         f"sglang-r3 serves SGLang {' and '.join(SERVED)}; start-up refuses every other release, naming the "
-        "manifest targets (`sglang_r3/serving/patches/manifest.py`) that differ from the nearest served release's. "
+        "manifest targets (`sglang_r3/serving/seam/manifest.py`) that differ from the nearest served release's. "
         "For every release published from the first to the last, the wheel on PyPI was downloaded (not installed), "
         "its pins read from its metadata and the manifest entries of the nearest served release checked against its "
-        "sources statically, in the words `python -m sglang_r3.serving.patches.manifest` uses.",
+        "sources statically, in the words `python -m sglang_r3.serving.seam.manifest` uses.",
         "",
         "| SGLang | verdict | Python | torch | transformers | sglang-kernel | differences vs nearest |",
         "|---|---|---|---|---|---|---|",
