@@ -499,7 +499,7 @@ def bf16_server():
     if url := os.environ.get("SGLANG_R3_TEST_URL_BF16"):
         yield url
         return
-    from tests.servers import ServerProcess
+    from tests.support.servers import ServerProcess
 
     proc = ServerProcess(BF16_FLAGS).start()
     try:
