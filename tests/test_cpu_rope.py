@@ -19,7 +19,7 @@ pytestmark = pytest.mark.sglang  # SGLang's rotary classes, built in a child pro
 
 _CHILD = r"""
 import inspect, json
-from tests import sweep
+from tests.scripts import sweep
 sweep.init_runtime()  # the CPU runtime, our patches installed
 import torch
 from sglang.srt.layers.rotary_embedding.base import RotaryEmbedding

@@ -243,5 +243,5 @@ def test_the_readme_gives_the_suites_time_testing_md_measured():
 def test_the_readme_tells_verl_to_ask_each_request_for_its_rows():
     verl = _flat("README.md").split("## verl and other in-process engines", 1)[1].split("## ", 1)[0]
     assert "`engine.generate(..., return_routed_experts=True)`" in verl
-    # the in-process engine's own check asks the same way (tests/engine_check.py)
-    assert "return_routed_experts=True" in _text("tests/engine_check.py")
+    # the in-process engine's own check asks the same way (tests/scripts/engine_check.py)
+    assert "return_routed_experts=True" in _text("tests/scripts/engine_check.py")

@@ -31,9 +31,9 @@ import pytest
 
 from benchmarks.run import PlainServer
 from benchmarks.soak import SOAK_SERVER_ENV
-from tests.routing_http import flush_cache, greedy, ids, record_of
-from tests.servers import ServerProcess, assert_main_rows_equal_plain_sglang
-from tests.test_launch_paths import OPT_IN, SLIME_OVERRIDES, SlimeLaunchServer
+from tests.support.launch_paths import OPT_IN, SLIME_OVERRIDES, SlimeLaunchServer
+from tests.support.routing_http import flush_cache, greedy, ids, record_of
+from tests.support.servers import ServerProcess, assert_main_rows_equal_plain_sglang
 
 pytestmark = [pytest.mark.server, pytest.mark.release]
 

@@ -18,7 +18,7 @@ from sglang_r3.dev.embedded import EMBEDDED_CONFIG
 from sglang_r3.core.layout import ModelLayout
 from sglang_r3.core.record import token_digest
 from tests.conftest import ADMIN_KEY
-from tests.routing_http import TIMEOUT, fetch_layout, flush_cache, greedy, ids, record_of
+from tests.support.routing_http import TIMEOUT, fetch_layout, flush_cache, greedy, ids, record_of
 
 pytestmark = pytest.mark.release  # also run on SGLang 0.5.15.post1 (.ci/release-env)
 

@@ -154,7 +154,8 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   (qwen3_next.py / qwen3_5.py build no attention biases; ~70% of pairs differed); ERNIE-4.5 with ``use_bias``
   (transformers then saves an lm_head.bias SGLang has no parameter for; its load stopped); and
   ``tie_word_embeddings: true`` for every architecture whose SGLang model never ties its head
-  (``UNTIED_HEAD_ARCHITECTURES``, checked by tests/sweep.py; OLMoE tied: rows agreed, every greedy logprob did not).
+  (``UNTIED_HEAD_ARCHITECTURES``, checked by tests/scripts/sweep.py; OLMoE tied: rows agreed, every greedy logprob
+  did not).
   These are refused on the checkpoint's config.json before SGLang loads a weight (refusals.startup).
 - MiMo-V2-Flash: refused at start-up by its family entry (sglang_r3/core/families/): SGLang builds its layers from
   per-layer lists transformers' MiMoV2FlashConfig ignores, and its 3 dense MTP layers are served as one draft
@@ -177,7 +178,7 @@ from tests.family_specs.oracle import (IMAGE_FAMILIES, IMAGE_REQUEST, NEAR_TIE_L
                                        SGLANG_NORM_EPS, SGLANG_PROCESSED, RouterTrace, dense_or_moe, load_transformers,
                                        with_sglang_norm_eps)
 from tests.family_specs.specs import FLIPPED, REFUSED_FLIPS, SPECS, CheckpointSpec
-from tests.routing_http import fetch_layout, generate, record_of
+from tests.support.routing_http import fetch_layout, generate, record_of
 
 pytestmark = pytest.mark.server
 
@@ -210,7 +211,7 @@ def served(request, _group_order):
 def _group_order(request):
     """The groups in the order pytest sets ``served`` up (its items, reordered by module-scoped parameter: one
     block per group), and the groups set up so far."""
-    from tests.ordering import values_in_order
+    from tests.support.ordering import values_in_order
 
     yield values_in_order(request.session.items, "served"), []
     stop_ahead()
@@ -228,8 +229,8 @@ def oracles():
 
 @pytest.fixture(scope="module")
 def draft_oracles():
-    """transformers' router top-k of each family's MTP layer (tests/mtp_oracle.py), loaded once."""
-    from tests.mtp_oracle import DraftOracle
+    """transformers' router top-k of each family's MTP layer (tests/support/mtp_oracle.py), loaded once."""
+    from tests.support.mtp_oracle import DraftOracle
 
     out = {}
 
@@ -540,7 +541,7 @@ def _qwen3_with_a_dense_layer() -> CheckpointSpec:
 
 def _launch(path):
     from tests.family_specs.groups import SERVE_FLAGS
-    from tests.servers import ServerProcess
+    from tests.support.servers import ServerProcess
 
     return ServerProcess(["--model-path", str(path), *SERVE_FLAGS]).start()
 
@@ -740,7 +741,7 @@ def test_the_norm_eps_the_oracle_takes_from_sglang_is_sglangs_and_differs_from_t
     import sys
 
     code = (
-        "from tests import sweep\n"
+        "from tests.scripts import sweep\n"
         "sweep.init_runtime()\n"
         "import torch\n"
         "from sglang.srt.models.glm4v import Glm4vPatchMerger\n"
@@ -793,14 +794,14 @@ def test_families_not_served_on_cpu_stop_where_the_docstring_says(name, launched
 
 def _check_mtp_section(tokens, prompt_len, mtp, draft):
     """Draft entries tagged as for GLM: depth 1 (one NextN layer), an accepted entry routed the token
-    that followed its position, rejections monotone within a round (tests/test_speculative.py); and the draft's
+    that followed its position, rejections monotone within a round (tests/support/mtp_section.py); and the draft's
     routing of verified tokens (step 0: the draft extend over the verify's hidden states) is transformers' router
-    top-k of the checkpoint's MTP layer fed as the draft model feeds it (tests/mtp_oracle.py)."""
-    from tests.test_speculative import _check_mtp_marks
+    top-k of the checkpoint's MTP layer fed as the draft model feeds it (tests/support/mtp_oracle.py)."""
+    from tests.support.mtp_section import check_mtp_marks
 
     assert mtp is not None and mtp.num_entries > 0
     assert set(np.unique(mtp.depth)) == {1}
-    _check_mtp_marks(tokens, mtp, 0)
+    check_mtp_marks(tokens, mtp, 0)
     want = draft.topk(tokens)  # [len - 1, topk]: position p, token p + 1
     # (the last position's draft routed a token the verify found past max_new_tokens: not in the output)
     verified = np.flatnonzero((mtp.step == 0) & (mtp.positions < len(tokens) - 1))

@@ -383,7 +383,7 @@ def test_multi_layer_eagle_worker_is_refused(sglang_args):
 def _step3p5_dir(tmp_path, **changes):
     import json
 
-    from tests.step3p5 import build
+    from tests.support.step3p5 import build
 
     d = build(tmp_path / "step3p5")
     cfg = json.loads((d / "config.json").read_text())
@@ -393,14 +393,14 @@ def _step3p5_dir(tmp_path, **changes):
 
 
 def test_multi_layer_eagle_that_sglang_turns_on_for_step3p5_passes_the_check(sglang_args, tmp_path):
-    from tests.step3p5 import SPEC_FLAGS
+    from tests.support.step3p5 import SPEC_FLAGS
 
     server_args = _check(sglang_args, _step3p5_dir(tmp_path) + SPEC_FLAGS)
     assert _resolved(server_args).enable_multi_layer_eagle  # SGLang's own choice for Step3p5ForCausalLM
 
 
 def test_multi_layer_eagle_for_a_model_without_a_layout_is_refused_naming_the_flag_sglang_set(sglang_args, tmp_path):
-    from tests.step3p5 import NUM_LAYERS, SPEC_FLAGS
+    from tests.support.step3p5 import NUM_LAYERS, SPEC_FLAGS
 
     # MTP layers 45 (MoE) and 46, 47 (dense): SGLang would build all three as layer 45.
     enum = ",".join(str(i) for i in range(1, NUM_LAYERS + 1))
@@ -418,7 +418,7 @@ def test_multi_layer_eagle_for_a_model_without_a_layout_is_refused_naming_the_fl
 
 
 def test_multi_layer_eagle_with_more_draft_steps_than_mtp_layers_is_refused(sglang_args, tmp_path):
-    from tests.step3p5 import SPEC_FLAGS
+    from tests.support.step3p5 import SPEC_FLAGS
 
     flags = _step3p5_dir(tmp_path, num_nextn_predict_layers=2)
     # 48 per-layer entries, as transformers' validator wants them, for 45 + 2 layers: keep 47.

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 
 from sglang_r3.serving.fleet.gateway import free_port, log_tail, stop_process_group
-from tests import children
+from tests.support import children
 
 STARTUP_TIMEOUT_S = float(os.environ.get("SGLANG_R3_TEST_STARTUP_TIMEOUT", "600"))
 
@@ -31,7 +31,7 @@ class ChildProcess:
         fd, path = tempfile.mkstemp(prefix=log_prefix, suffix=".log")
         self.log_path = Path(path)
         log = os.fdopen(fd, "w")
-        # Own session, reaped if the run is stopped, killed with this process (tests/children.py).
+        # Own session, reaped if the run is stopped, killed with this process (tests/support/children.py).
         self.proc = children.spawn(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         log.close()  # the child holds its own copy
 

@@ -1,4 +1,4 @@
-"""Start SGLang exactly as slime does, in this process's child: ``python tests/slime_launch.py PORT [JSON]``.
+"""Start SGLang exactly as slime does, in this process's child: ``python tests/scripts/slime_launch.py PORT [JSON]``.
 
 A stand-in for slime's rollout engine actor (slime is not on PyPI), written from the public source at
 THUDM/slime 624b824, ``slime/backends/sglang_utils/sglang_engine.py``:
@@ -17,7 +17,7 @@ THUDM/slime 624b824, ``slime/backends/sglang_utils/sglang_engine.py``:
   prefill``, ``load_balance_method follow_bootstrap_room`` and its bootstrap port; a decode worker
   ``disaggregation_mode decode`` and ``prefill_round_robin_balance``, a key neither SGLang 0.5.15.post1 nor 0.5.23
   has: slime drops every key ``ServerArgs`` lacks ("for compatibility with old args"), and so does this script.
-  ``python tests/slime_launch.py PORT JSON prefill|decode [BOOTSTRAP_PORT]``.
+  ``python tests/scripts/slime_launch.py PORT JSON prefill|decode [BOOTSTRAP_PORT]``.
 
 slime then polls ``/health_generate`` (the test does that). This process waits for its child and
 exits with the child's exit status, so a start-up refusal is seen as slime sees it: the child dies.

@@ -4,7 +4,7 @@ scripts that train it and how it is proven, derived from the tests that prove it
 forwards and their MTP-speculation servers, the two other served-forward tests named in OTHER_FORWARDS, the sweep
 for every rule) or the reason it is refused.
 
-``python -m tests.test_sweep`` rewrites the table; ``python -m tests.family_table --check slime=DIR miles=DIR
+``python -m tests.test_sweep`` rewrites the table; ``python -m tests.generators.family_table --check slime=DIR miles=DIR
 verl=DIR`` reads every script below from checkouts of those repositories (at the commits in REPOS) and fails
 unless each names the model it is listed with.
 """
@@ -310,7 +310,7 @@ def _proof(arch: str) -> str:
 
 def gpu_only_launches() -> dict:
     """The refused families whose refusal names where plain SGLang stops on the CPU runtime, checked there."""
-    from tests.test_gpu_only_families import LAUNCHES
+    from tests.support.gpu_only_families import LAUNCHES
 
     return LAUNCHES
 
@@ -362,7 +362,7 @@ def _as_published(s: Script) -> str:
     """What start-up does with the script's model: its family's tiny sweep config with the keys the script gives,
     put to the layout rule."""
     from sglang_r3.core.layout import LayoutError, layout_from_hf_config
-    from tests.sweep import SPECS
+    from tests.scripts.sweep import SPECS
 
     model_type, values = SPECS[s.architecture]
     keys = ", ".join(f"`{k}: {v}`" for k, v in s.published)
@@ -400,7 +400,7 @@ def check(checkouts: Dict[str, str]) -> List[str]:
 if __name__ == "__main__":
     args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
     if "--check" not in sys.argv:
-        sys.exit("usage: python -m tests.family_table --check slime=DIR miles=DIR verl=DIR")
+        sys.exit("usage: python -m tests.generators.family_table --check slime=DIR miles=DIR verl=DIR")
     found = check({k.lower(): v for k, v in args.items()})
     print("\n".join(found) or f"{len(TRAINED_BY)} scripts checked: each names its model")
     sys.exit(1 if found else 0)

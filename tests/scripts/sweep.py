@@ -1,7 +1,7 @@
 """The registry-wide sweep: every MoE architecture SGLang 0.5.23 serves, built from a tiny config, its routers
 read from the module tree SGLang builds -- captured exactly by sglang-r3's layout, or refused by name.
 
-Run in a fresh process (``python -m tests.sweep [--json OUT]``; tests/test_sweep.py does): it starts SGLang's
+Run in a fresh process (``python -m tests.scripts.sweep [--json OUT]``; tests/test_sweep.py does): it starts SGLang's
 CPU runtime, a one-process gloo group and SGLang's model-parallel groups at tp=1 (as SGLang's own layer tests
 do, ``sglang.test.layer_ut_utils``), then for each architecture:
 
@@ -42,7 +42,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
 
-from tests import step3p5
+from tests.support import step3p5
 
 # MLA's rotary embedding: YaRN as DeepSeek-V3 publishes it.
 _YARN = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128, "beta_fast": 32, "beta_slow": 1,
@@ -122,7 +122,7 @@ SPECS: Dict[str, tuple] = {
         vision_config=dict(depth=1, hidden_size=64, intermediate_size=64, num_heads=4, out_hidden_size=64,
                            patch_size=16, temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64),
         tie_word_embeddings=False)),
-    # tests/step3p5.py's tiny Step-3.5 (the one served with multi-layer MTP in tests/test_multi_layer_mtp.py).
+    # tests/support/step3p5.py's tiny Step-3.5 (the one served with multi-layer MTP in tests/test_multi_layer_mtp.py).
     "Step3p5ForCausalLM": ("step3p5", {k: v for k, v in step3p5.config().items() if k not in ("architectures",
                                                                                                "model_type")}),
     "MiniMaxM2ForCausalLM": ("minimax_m2", dict(_T, intermediate_size=32, num_hidden_layers=3, num_local_experts=8,
@@ -684,7 +684,8 @@ def sweep(only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
         try:
             if has_rule:
                 if arch not in SPECS:
-                    raise AssertionError(f"{arch} has a layout rule but no tiny config in tests/sweep.py: unproven")
+                    raise AssertionError(
+                        f"{arch} has a layout rule but no tiny config in tests/scripts/sweep.py: unproven")
                 row.update(prove(arch), status="rule")
             else:
                 row.update(status="refused", reason=refusal(arch))

@@ -124,7 +124,8 @@ def _decide(item) -> str:
     if len(inherited) > 1:
         raise pytest.UsageError(f"{where}: its module/class declares more than one tier: {sorted(inherited)}")
     if not inherited:
-        raise pytest.UsageError(f"{where}: no tier (pytestmark = pytest.mark.fast | sglang | server; tests/tiers.py)")
+        raise pytest.UsageError(
+            f"{where}: no tier (pytestmark = pytest.mark.fast | sglang | server; tests/support/tiers.py)")
     return inherited.pop()
 
 
@@ -153,7 +154,7 @@ def pytest_collection_modifyitems(session, config, items):
         item.add_marker(tiers[item.nodeid])
 
 
-_BLOCKED = "a fast-tier test imported SGLang; mark it sglang or server (tests/tiers.py)"
+_BLOCKED = "a fast-tier test imported SGLang; mark it sglang or server (tests/support/tiers.py)"
 
 
 class _NoSglang(importlib.abc.MetaPathFinder):
@@ -222,8 +223,8 @@ def pytest_runtestloop(session):
         f.write("\n".join(nodeids))
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line(f"tests/tiers.py: the {len(nodeids)} selected tests are all fast, and collecting the "
-                            "other modules imported SGLang: running them in a fresh process that cannot import it")
+        reporter.write_line(f"tests/support/tiers.py: the {len(nodeids)} selected tests are all fast, and collecting "
+                            "the other modules imported SGLang: running them in a fresh process that cannot import it")
     try:
         rc = subprocess.call([sys.executable, "-m", "pytest", *options, *files], cwd=str(inv.dir),
                              env={**os.environ, FRESH_RUN_ENV: keep})

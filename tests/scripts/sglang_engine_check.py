@@ -1,6 +1,6 @@
 """SGLang's own in-process ``sglang.Engine(**kwargs)`` under ``SGLANG_R3_ENABLED=1`` (no sglang_r3 launcher).
 
-``python tests/sglang_engine_check.py PROMPT_JSON`` first builds an Engine with two-batch overlap (must raise,
+``python tests/scripts/sglang_engine_check.py PROMPT_JSON`` first builds an Engine with two-batch overlap (must raise,
 naming the flag, before any SGLang process starts), then the embedded model on the CPU runtime, and
 prints one JSON line: the refusal (type, message, child processes alive after it) and one greedy
 output's ids, ``routed_experts`` and ``routing``. A separate process: an Engine owns its process.
