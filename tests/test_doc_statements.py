@@ -122,7 +122,7 @@ def test_troubleshooting_names_the_release_that_prints_the_set_internal_state_lo
                 and line in (ast.get_source_segment(source, n) or "")]
     assert printers == ["take_capture_mode_knob"]
     install = _function("sglang_r3/serving/adapter/capture_site.py", "install_capture_patches")
-    only_015 = install.split("if release.is_0_5_15():", 1)[1].split("else:", 1)[0]
+    only_015 = install.split("if not release.has_internal_state_controller():", 1)[1].split("else:", 1)[0]
     assert "take_capture_mode_knob" in only_015  # hooked on 0.5.15 only: 0.5.23 logs SGLang's own warning
     rows = [r for r in _text("docs/troubleshooting.md").splitlines() if line in r]
     assert rows and all("0.5.15.post1 (which prints it)" in r and "0.5.23" in r for r in rows)

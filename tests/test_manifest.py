@@ -167,6 +167,35 @@ def sglang_names_in_patches():
 _SGLANG = ("sglang", "sgl_kernel")
 
 
+def version_tests_outside_release():
+    """(file, line, what) for each version test in sglang_r3 outside release.py, versions.py and manifest.py: a use of
+    ``is_0_5_15``, ``release.current()`` compared or used as a key, a served release's version string."""
+    from sglang_r3.serving.seam.versions import SERVED
+
+    def release_current(node) -> bool:
+        f = node.func if isinstance(node, ast.Call) else None
+        return (isinstance(f, ast.Name) and f.id == "current") or (
+            isinstance(f, ast.Attribute) and f.attr == "current" and isinstance(f.value, ast.Name)
+            and f.value.id == "release")
+
+    found = []
+    for path in sorted(ROOT_PKG.rglob("*.py")):
+        if path.name in ("release.py", "versions.py", "manifest.py"):
+            continue
+        rel = str(path.relative_to(ROOT_PKG))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Name) and node.id == "is_0_5_15") or (
+                    isinstance(node, ast.Attribute) and node.attr == "is_0_5_15"):
+                found.append((rel, node.lineno, "is_0_5_15"))
+            elif isinstance(node, ast.ImportFrom) and any(a.name == "is_0_5_15" for a in node.names):
+                found.append((rel, node.lineno, "import of is_0_5_15"))
+            elif isinstance(node, (ast.Compare, ast.Subscript)) and any(release_current(n) for n in ast.walk(node)):
+                found.append((rel, node.lineno, "release.current() compared or used as a key"))
+            elif isinstance(node, ast.Constant) and node.value in SERVED:
+                found.append((rel, node.lineno, f"the version string {node.value!r}"))
+    return found
+
+
 def _ours() -> set:
     """Every name sglang-r3 defines (functions, classes, attributes it assigns, dataclass fields, keywords)."""
     names = set()
@@ -239,6 +268,11 @@ def test_every_sglang_name_patches_imports_or_names_is_in_the_manifest():
     unlisted = sorted({(f, n) for f, n in found if n not in targets and not any(t.startswith(n + ".") for t in targets)})
     assert not unlisted, "SGLang names the SGLang side uses that sglang_r3/serving/seam/manifest.py does not list:\n" + \
         "\n".join(f"  {f}: {n}" for f, n in unlisted)
+    # Nor does patches/ (or the rest of sglang_r3) test the release itself: what differs is a capability of
+    # release.py, which with versions.py and the manifest (per-release signatures and releases) alone names versions.
+    versioned = version_tests_outside_release()
+    assert not versioned, "release tests outside release.py, versions.py and manifest.py (ask a capability of " \
+        "release.py instead):\n" + "\n".join(f"  {f}:{line}: {what}" for f, line, what in versioned)
 
 
 @pytest.mark.fast

@@ -84,7 +84,7 @@ def _refuse_routers_that_skip_capture(model) -> None:
         and m.topk_config.allow_routed_experts_capture
         and m.topk_config.output_format not in (None, TopKOutputFormat.STANDARD)
     })
-    if release.is_0_5_15():
+    if release.topk_format_decided_per_forward():
         # 0.5.15: a router without an output format picks it per forward from the MoE runner backend.
         from sglang.srt.layers.moe.utils import get_moe_runner_backend
 
@@ -288,7 +288,7 @@ def add_capture_stats(result, self, *args, **kwargs):
             # Read live by the scheduler loop (control requests are served between batches, and
             # while generation is paused), unlike /v1/loads' snapshot, which is only republished
             # after a batch: what a client needs to know its request is inside this engine now.
-            "requests_held": _requests_held(self if release.is_0_5_15() else self.scheduler),
+            "requests_held": _requests_held(self.scheduler if release.has_internal_state_controller() else self),
         }
     return result
 
@@ -360,7 +360,7 @@ def install_capture_patches() -> None:
     register(f"{_MR}.init_routed_experts_capturer", install_our_capturer, "around")
     register(f"{_TOPK_MOD}.capture_routed_experts_if_allowed", route_topk_to_capturers, "replace")
     register(f"{_BRP}._maybe_collect_routed_experts", collect_request_rows, "around")
-    if release.is_0_5_15():  # no internal-state controller: the Scheduler's own methods
+    if not release.has_internal_state_controller():  # the Scheduler's own methods
         register(f"{_SCHED}.get_internal_state", add_capture_stats, "after")
         register(f"{_SCHED}.set_internal_state", take_capture_mode_knob, "around")
     else:

@@ -223,8 +223,8 @@ def install_draft_patches() -> None:  # called once, by install_capture_patches
     register(f"{_EAGLE}.EagleDraftWorker.draft", guard_and_number_draft_steps, "around")
     register(f"{_EAGLE}.EAGLEWorkerV2.forward_batch_generation", resolve_drafts_with_accept_lens, "after")
     register(f"{_ML_EAGLE}.MultiLayerEagleWorkerV2.forward_batch_generation", resolve_multi_layer_drafts, "around")
-    if release.is_0_5_15():
-        register(f"{_REQ_TO_TOKEN_POOL}.free", drop_drafts_of_freed_request, "before")
-    else:
+    if release.req_pool_frees_rows():
         register(f"{_REQ_TO_TOKEN_POOL}.free_rows", drop_drafts_of_freed_rows, "after")
+    else:
+        register(f"{_REQ_TO_TOKEN_POOL}.free", drop_drafts_of_freed_request, "before")
     register(f"{_REQ_TO_TOKEN_POOL}.alloc", start_rows_without_drafts, "after")

@@ -137,7 +137,7 @@ def refuse_unsupported_once_resolved(original, self, *args, **kwargs):
     from sglang_r3.serving.refusals.startup import UnsupportedConfigError, check_supported
 
     _checking.add(id(self))
-    if launch.kind is None and release.is_0_5_15() and release.constructing_engine():
+    if launch.kind is None and release.engine_resolves_args_in_init() and release.constructing_engine():
         launch.kind = "engine"  # this Engine's own hooks came in with its load_plugins(): too late to mark it
     try:
         if on_cpu_runtime() and self.device != "cpu":
@@ -209,5 +209,5 @@ def install_launch_checks() -> None:
     # An in-process sglang.Engine (its __init__ loads plugins first); an HTTP launch, marked above, goes
     # through it too and stays HTTP.
     register("sglang.srt.entrypoints.engine.Engine._launch_subprocesses", _marking("engine"), "around")
-    if release.is_0_5_15():  # 0.5.15 builds (and resolves) an Engine's ServerArgs in __init__, before that
+    if release.engine_resolves_args_in_init():  # 0.5.15: in __init__, before _launch_subprocesses
         register("sglang.srt.entrypoints.engine.Engine.__init__", _marking("engine"), "around")

@@ -43,7 +43,7 @@ def _around(request_at: int):
     ``_wait_one_response(obj, request)``, 1)."""
     def outputs_in_their_contract(original, self, *args, **kwargs):
         request = kwargs["request"] if "request" in kwargs else (args[request_at] if len(args) > request_at else None)
-        spans = WeightSpans(self) if release.is_0_5_15() else None
+        spans = WeightSpans(self) if release.outputs_stamp_one_weight_version() else None
 
         async def gen():
             async for out in original(self, *args, **kwargs):
@@ -125,7 +125,7 @@ def _after_async(hook):
 def install_response_patches() -> None:
     target, request_at = release.response_target()
     register(target, _around(request_at), "around")
-    if release.is_0_5_15():
+    if release.outputs_stamp_one_weight_version():
         for method in _WEIGHT_UPDATES_0_5_15:
             register(f"{_TM}.{method}", _after_async(note_weight_update), "around")
     if (stamp := release.weight_version_stamp_target()) is not None:

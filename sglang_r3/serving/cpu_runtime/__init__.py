@@ -86,16 +86,17 @@ def install_cpu_patches() -> None:
 
     disaggregation.install()
     added = register_torch_ops()  # torch_ops.py
-    from sglang_r3.serving.seam.release import is_0_5_15
+    from sglang_r3.serving.seam.release import cpu_model_ports_apply, speculative_kernels_have_cpu_path
 
     eagle = None
-    if is_0_5_15():  # 0.5.15 sends no speculative kernel to the CPU (cpu_runtime/ops/eagle_0_5_15.py)
+    if not speculative_kernels_have_cpu_path():  # 0.5.15 sends no speculative kernel to the CPU (cpu_runtime/ops/eagle_0_5_15.py)
         from sglang_r3.serving.cpu_runtime.ops import eagle_0_5_15 as eagle
-    around = (HOOKS + ranks.hooks() + llama4.HOOKS + expert_parallel.HOOKS + cuda_shims.hooks() + gdn.hooks(is_0_5_15())
-              + minimax_m2.HOOKS + gpt_oss.hooks() + dsa.hooks() + rope.HOOKS + gemma4.hooks(is_0_5_15())
+    ports = cpu_model_ports_apply()  # SGLang 0.5.23's CPU path (release.cpu_model_ports_apply)
+    around = (HOOKS + ranks.hooks() + llama4.HOOKS + expert_parallel.HOOKS + cuda_shims.hooks() + gdn.hooks(ports)
+              + minimax_m2.HOOKS + gpt_oss.hooks() + dsa.hooks() + rope.HOOKS + gemma4.hooks(ports)
               + bailing_moe.HOOKS + step3p5.HOOKS
               + (mamba2.HOOKS + nemotron_h.HOOKS + lfm2_moe.HOOKS + afmoe.HOOKS
-                 if not is_0_5_15() else []))  # SGLang 0.5.23 only
+                 if ports else []))
     for target, hook in around + (eagle.hooks() if eagle else []):
         register(target, hook, HookType.AROUND)  # binds or names the target (seam/hooks.py)
     ranks.add_seq_len_fill_value()

@@ -274,9 +274,9 @@ def _moe_routing_layout(cfg, names, *, resolved) -> Rule:
             "nothing, so the forward would not be the model's"
         ), f" together with {names.name('ep_size', cfg.ep_size)}")
     if cfg.device == "npu" and _expert_placement_remapped(cfg):
-        from sglang_r3.serving.seam.release import is_0_5_15
+        from sglang_r3.serving.seam.release import npu_topk_captures_physical_ids
 
-        if is_0_5_15():
+        if npu_topk_captures_physical_ids():
             yield _Hit("enable_eplb" if cfg.enable_eplb else "init_expert_location",
                        None if cfg.enable_eplb else cfg.init_expert_location, (
                 "SGLang 0.5.15's NPU top-k (hardware_backend/npu/moe/topk.py fused_topk_npu) calls the capture "
@@ -422,9 +422,9 @@ def _multi_layer_eagle(cfg) -> Rule:
     # (mamba) request pools, which Step-3.5 does not have; a widened window stops the scheduler
     # (adapter/draft_site.py) rather than be filed.
     if cfg.device != "cpu" and not cfg.disable_cuda_graph:
-        from sglang_r3.serving.seam.release import is_0_5_15
+        from sglang_r3.serving.seam.release import has_draft_extend_graph_switch
 
-        if is_0_5_15():  # 0.5.15 has no switch for the draft-extend graphs alone
+        if not has_draft_extend_graph_switch():  # 0.5.15 has no switch for the draft-extend graphs alone
             yield refuse("its draft-extend CUDA graphs replay outside ModelRunner.forward, where MTP-draft routing "
                          "is filed; SGLang 0.5.15 captures them whenever decode CUDA graphs are on: "
                          "--disable-cuda-graph", also=" with CUDA graphs on")
@@ -527,9 +527,9 @@ def _env_flag(name: str) -> bool:
 def _platform_worker(algo: str) -> Optional[str]:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    from sglang_r3.serving.seam.release import is_0_5_15
+    from sglang_r3.serving.seam.release import has_platform_spec_workers
 
-    if is_0_5_15():  # no out-of-tree platform workers before 0.5.23
+    if not has_platform_spec_workers():  # no out-of-tree platform workers before 0.5.23
         return None
     cls = SpeculativeAlgorithm.from_string(algo).get_platform_worker_cls()
     return None if cls is None else cls.__name__
@@ -553,9 +553,9 @@ def _serving(cfg, names, *, resolved) -> Rule:
         yield _Hit("grpc_mode", None, grpc)
     # Legacy SMG mode resolves a port too; one line for it is enough. 0.5.15 sets grpc_port on every record
     # (port + 10000) and starts a gRPC server only in grpc_mode: there the port says nothing.
-    from sglang_r3.serving.seam.release import is_0_5_15
+    from sglang_r3.serving.seam.release import grpc_port_means_a_grpc_server
 
-    if not is_0_5_15() and cfg.grpc_port is not None and not (smg or cfg.grpc_mode):
+    if grpc_port_means_a_grpc_server() and cfg.grpc_port is not None and not (smg or cfg.grpc_mode):
         yield _Hit("grpc_port", cfg.grpc_port, grpc + " (the port may also come from SGLANG_GRPC_PORT)")
     if cfg.use_ray:
         yield _Hit("use_ray", None, (
@@ -571,9 +571,9 @@ def _serving(cfg, names, *, resolved) -> Rule:
 def _rust_server() -> bool:
     from sglang.srt.environ import envs
 
-    from sglang_r3.serving.seam.release import is_0_5_15
+    from sglang_r3.serving.seam.release import has_rust_http_server
 
-    return False if is_0_5_15() else bool(envs.SGLANG_RUST_SERVER.get())  # no Rust HTTP server before 0.5.23
+    return has_rust_http_server() and bool(envs.SGLANG_RUST_SERVER.get())  # no Rust HTTP server before 0.5.23
 
 
 # SGLang's Qwen3NextConfig (srt/configs/qwen3_next.py, 0.5.15.post1 and 0.5.23; Qwen3.5's text configs subclass
@@ -650,26 +650,6 @@ def _required_keys(cfg, arch: str, text: dict, where: str) -> Rule:
             f"AttributeError); add \"{where}{key}\": {json.dumps(value)} as the published config.json has it"))
 
 
-# What SGLang 0.5.15.post1 itself cannot run on the CPU runtime, by architecture (measured: served by our launcher
-# there, each stopped in SGLang; served on its CPU runtime by 0.5.23, and on a GPU by either release).
-_DSA_0_5_15 = (
-    "SGLang 0.5.15.post1 stops a DSA model on the CPU runtime as it resolves its arguments: server_args.py's "
-    "model-specific adjustments take every device but NPU and XPU for a GPU and ask "
-    "torch.cuda.get_device_capability()"
-)
-_GDN_0_5_15 = (
-    "SGLang 0.5.15.post1 cannot run a gated delta-net model on the CPU runtime: its CPU path "
-    "(layers/attention/linear/kernels/gdn_triton.py) hands sgl-kernel 0.4.4's chunk_gated_delta_rule_cpu an "
-    "initial_state_indices it does not take, and with MTP speculation its Mamba pool allocates the draft states on "
-    "CUDA (sglang-r3's torch gated delta-net ops follow 0.5.23's CPU path)"
-)
-_CPU_RUNTIME_0_5_15_STOPS = {
-    "GlmMoeDsaForCausalLM": _DSA_0_5_15, "DeepseekV32ForCausalLM": _DSA_0_5_15,
-    "Qwen3NextForCausalLM": _GDN_0_5_15, "Qwen3_5MoeForCausalLM": _GDN_0_5_15,
-    "Qwen3_5MoeForConditionalGeneration": _GDN_0_5_15,
-}
-
-
 def _release_cpu_runtime(cfg, names, *, resolved) -> Rule:
     """A model the served release's own CPU path cannot run, refused before SGLang stops on it (raw pass: the DSA
     stop is in 0.5.15's argument resolution itself)."""
@@ -677,12 +657,13 @@ def _release_cpu_runtime(cfg, names, *, resolved) -> Rule:
         return
     from sglang_r3.serving.seam import release
 
-    if not release.is_0_5_15() or (config := _read_config(cfg)) is None:
+    stops = release.cpu_runtime_stops()  # by architecture: 0.5.15.post1's DSA and gated delta-net models
+    if not stops or (config := _read_config(cfg)) is None:
         return
     arch = (config.get("architectures") or [""])[0]
-    if arch in _CPU_RUNTIME_0_5_15_STOPS:
+    if arch in stops:
         yield _Hit("model_path", cfg.model_path, (
-            f"{arch}: {_CPU_RUNTIME_0_5_15_STOPS[arch]}; serve it on a GPU, or on SGLang 0.5.23's CPU runtime"
+            f"{arch}: {stops[arch]}; serve it on a GPU, or on SGLang 0.5.23's CPU runtime"
         ))
 
 

@@ -1,17 +1,20 @@
 """The SGLang releases the adapter serves, chosen once from the installed one, and every way they differ.
 
 slime's image runs 0.5.15.post1 (its five patches change no target of ours); the suite pins 0.5.23. The rest of
-the SGLang side (``adapter/``, ``refusals/``, ``cpu_runtime/``) asks this module instead of reading a
-release-specific SGLang name: where a name moved (runtime context getters, ``Req.kv``, the internal-state controller, ``ServerArgs.resolve_once``), the function here
-knows both places, and the manifest lists each place with the releases it is on. A release outside ``SERVED``
-is refused at start-up, naming it and the manifest entries that differ from the nearest served release.
+the SGLang side (``adapter/``, ``refusals/``, ``cpu_runtime/``) asks this module instead of reading a release-specific SGLang name: where a name moved (runtime
+context getters, ``Req.kv``, the internal-state controller, ``ServerArgs.resolve_once``), the function here
+knows both places, and the manifest lists each place with the releases it is on. Where SGLang behaves otherwise,
+a capability here says what differs (``has_internal_state_controller()``, ``topk_format_decided_per_forward()``,
+``cpu_runtime_stops()``, ...), each naming the SGLang file it reads on each release: no other module of
+``sglang_r3`` tests the version (``is_0_5_15`` is this module's own). A release outside ``SERVED`` is refused at
+start-up, naming it and the manifest entries that differ from the nearest served release.
 """
 
 from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from sglang_r3.serving.seam.versions import SERVED, V0_5_15, V0_5_23, installed, nearest
 
@@ -47,6 +50,7 @@ def current() -> str:
 
 
 def is_0_5_15() -> bool:
+    """The installed release is 0.5.15.post1: asked by this module's capabilities only."""
     return current() == V0_5_15
 
 
@@ -185,6 +189,29 @@ def shared_topk_slots(topk_config) -> int:
     return int(topk_config.num_shared_topk_slots)
 
 
+def topk_format_decided_per_forward() -> bool:
+    """Whether a router built without a top-k output format picks one per forward from the MoE runner backend
+    (0.5.15.post1: ``layers/moe/topk.py`` ``TopK.forward_cuda`` asks ``get_moe_runner_backend()`` each call, so a
+    fused runner may route inside its kernel where the config says nothing); 0.5.23's ``TopK.__init__`` fixes
+    ``topk_config.output_format`` when the router is built."""
+    return is_0_5_15()
+
+
+def has_internal_state_controller() -> bool:
+    """Whether /get_internal_state and /set_internal_state are served by a ``SchedulerInternalStateController``
+    (0.5.23: ``managers/scheduler_components/internal_state.py``, the scheduler's ``internal_state``, its updates
+    a table of ``_update_handlers``; the controller's ``.scheduler`` is the Scheduler) rather than by the
+    Scheduler's own ``get_internal_state`` / ``set_internal_state`` (0.5.15.post1, ``managers/scheduler.py``)."""
+    return not is_0_5_15()
+
+
+def req_pool_frees_rows() -> bool:
+    """Whether ReqToTokenPool frees rows by index (0.5.23: ``mem_cache/memory_pool.py`` ``free_rows(indices)``,
+    which ``free(req)`` and the other paths that give rows back call) rather than only per request
+    (0.5.15.post1: ``free(req)``)."""
+    return not is_0_5_15()
+
+
 # -- DP attention ------------------------------------------------------------------------------------
 
 
@@ -214,6 +241,30 @@ def scatters_tokens(backend) -> bool:
     if backend.is_deepep():
         return True
     return bool(getattr(backend, "is_deepep_v2", lambda: False)())  # 0.5.15 has no DeepEP v2
+
+
+def dp_gather_has_cpu_path() -> bool:
+    """Whether DP attention's gather runs on the CPU runtime as SGLang wrote it: 0.5.23's ``layers/dp_attention.py``
+    copies a rank's rows with ``memcpy_cpu`` on CPU and its ``GroupCoordinator`` (``distributed/parallel_state.py``)
+    all-gathers, reduce-scatters and all-to-alls with torch.distributed there; 0.5.15.post1 copies with
+    ``memcpy_triton`` only and sends those collectives through ``sglang::reg_*`` ops registered for CUDA only."""
+    return not is_0_5_15()
+
+
+def pads_draft_extend_dummies() -> bool:
+    """Whether DP attention's MLP-sync padding (``model_executor/forward_batch_info.py``
+    ``ForwardBatch._pad_inputs_to_size``) gives a draft extend's dummy requests the spec's fixed per-request width
+    and prefix 0 (0.5.23); 0.5.15.post1 pads ``extend_seq_lens`` with 0 and leaves ``extend_prefix_lens``
+    unpadded."""
+    return not is_0_5_15()
+
+
+def seq_len_fill_method() -> str:
+    """The attention backend method DP attention's MLP-sync padding asks for a padded request's sequence length
+    (``ForwardBatch._pad_inputs_to_size``): 0.5.23 asks a CPU backend for ``get_cpu_graph_seq_len_fill_value``
+    (only Intel AMX defines it), 0.5.15.post1 every backend for ``get_cuda_graph_seq_len_fill_value`` (torch_native
+    inherits a base class's that raises)."""
+    return "get_cuda_graph_seq_len_fill_value" if is_0_5_15() else "get_cpu_graph_seq_len_fill_value"
 
 
 # -- launch: ServerArgs resolution -----------------------------------------------------------------
@@ -281,6 +332,14 @@ def constructing_engine() -> bool:
     return False
 
 
+def engine_resolves_args_in_init() -> bool:
+    """Whether ``sglang.Engine.__init__`` resolves its ServerArgs (0.5.15.post1: ``entrypoints/engine.py`` builds the
+    record there, after ``load_plugins()``, and the dataclass's ``__post_init__`` resolves it), so an Engine launch
+    is marked from ``__init__`` (and the caller's frames, ``constructing_engine``); 0.5.23 resolves in
+    ``Engine._launch_subprocesses`` (``resolve_once``)."""
+    return is_0_5_15()
+
+
 def resolution_finished(server_args) -> bool:
     return bool(getattr(server_args, "_resolution_finished", False))
 
@@ -335,6 +394,131 @@ def cpu_rank_count(server_args) -> int:
     return int(server_args.dp_size) * int(server_args.tp_size) * int(server_args.pp_size)
 
 
+def npu_topk_captures_physical_ids() -> bool:
+    """Whether the NPU top-k calls the capture site after mapping logical experts to physical replicas
+    (0.5.15.post1: ``hardware_backend/npu/moe/topk.py`` ``fused_topk_npu`` captures after
+    ``topk_ids_logical_to_physical``; 0.5.23 captures the router's ids before)."""
+    return is_0_5_15()
+
+
+def has_draft_extend_graph_switch() -> bool:
+    """Whether SGLang can turn off the draft-extend CUDA graphs alone (0.5.23: ``environ.py``
+    ``SGLANG_DISABLE_DRAFT_EXTEND_CUDA_GRAPH``); 0.5.15.post1 captures them whenever decode CUDA graphs are on."""
+    return not is_0_5_15()
+
+
+def has_platform_spec_workers() -> bool:
+    """Whether a speculative algorithm may name an out-of-tree platform worker (0.5.23:
+    ``speculative/spec_info.py`` ``SpeculativeAlgorithm.get_platform_worker_cls``); 0.5.15.post1 has none."""
+    return not is_0_5_15()
+
+
+def grpc_port_means_a_grpc_server() -> bool:
+    """Whether a resolved ``grpc_port`` says a gRPC server will serve (0.5.23: legacy SMG mode resolves one);
+    0.5.15.post1's ``server_args.py`` sets it on every record (port + 10000) and starts a gRPC server only in
+    ``grpc_mode``."""
+    return not is_0_5_15()
+
+
+def has_rust_http_server() -> bool:
+    """Whether SGLang can serve HTTP with its Rust server instead of its FastAPI app (0.5.23: ``environ.py``
+    ``SGLANG_RUST_SERVER``); 0.5.15.post1 has none."""
+    return not is_0_5_15()
+
+
+# 0.5.15.post1's own CPU path stops these (measured: served by our launcher there, each stopped in SGLang; served on
+# its CPU runtime by 0.5.23, and on a GPU by either release).
+_DSA_0_5_15 = (
+    "SGLang 0.5.15.post1 stops a DSA model on the CPU runtime as it resolves its arguments: server_args.py's "
+    "model-specific adjustments take every device but NPU and XPU for a GPU and ask "
+    "torch.cuda.get_device_capability()"
+)
+_GDN_0_5_15 = (
+    "SGLang 0.5.15.post1 cannot run a gated delta-net model on the CPU runtime: its CPU path "
+    "(layers/attention/linear/kernels/gdn_triton.py) hands sgl-kernel 0.4.4's chunk_gated_delta_rule_cpu an "
+    "initial_state_indices it does not take, and with MTP speculation its Mamba pool allocates the draft states on "
+    "CUDA (sglang-r3's torch gated delta-net ops follow 0.5.23's CPU path)"
+)
+_CPU_RUNTIME_0_5_15_STOPS = {
+    "GlmMoeDsaForCausalLM": _DSA_0_5_15, "DeepseekV32ForCausalLM": _DSA_0_5_15,
+    "Qwen3NextForCausalLM": _GDN_0_5_15, "Qwen3_5MoeForCausalLM": _GDN_0_5_15,
+    "Qwen3_5MoeForConditionalGeneration": _GDN_0_5_15,
+}
+
+
+def cpu_runtime_stops() -> Mapping[str, str]:
+    """architecture -> why: the models this release's own CPU path cannot run, which start-up refuses before SGLang
+    stops on them (startup_checks._release_cpu_runtime). 0.5.15.post1: DSA (its argument resolution asks CUDA for a
+    device capability) and gated delta-net (its CPU prefill and MTP pool); none on 0.5.23."""
+    return _CPU_RUNTIME_0_5_15_STOPS if is_0_5_15() else {}
+
+
+# -- CPU runtime: what SGLang's own CPU path lacks on each release ----------------------------------------------
+
+
+def speculative_kernels_have_cpu_path() -> bool:
+    """Whether SGLang sends each speculative kernel to an ``sgl_kernel.*_cpu`` op on the CPU (0.5.23: its
+    ``speculative/`` entry points branch on the CPU; cpu_runtime/ops/spec_ops.py gives the ops' torch versions); 0.5.15.post1's
+    EAGLE entry points are Triton or CUDA-only sgl-kernel calls with no CPU branch (cpu_runtime/ops/eagle_0_5_15.py stands in
+    for them)."""
+    return not is_0_5_15()
+
+
+def cpu_model_ports_apply() -> bool:
+    """Whether the CPU runtime's model ports written against SGLang's newer CPU path apply: gated delta-net's norms,
+    layer build, verify convolution and state commit (cpu_runtime/ops/gdn.py), Gemma-4 (cpu_runtime/families/gemma4.py), DSA (cpu_runtime/ops/dsa.py),
+    Mamba-2 / Nemotron-H, LFM2-MoE and AFMoE. Their targets are 0.5.23's (``sglang.kernels.ops``,
+    ``arg_groups.model_hook``, its CPU branches; the manifest lists them for 0.5.23 only). 0.5.15.post1 does not
+    serve those families on its CPU runtime: its own CPU path stops DSA and gated delta-net
+    (``cpu_runtime_stops``), and the others were never served there."""
+    return not is_0_5_15()
+
+
+def pins_host_tensors_unasked() -> bool:
+    """Whether SGLang pins host tensors without asking whether pinning is available (0.5.15.post1:
+    ``model_executor/forward_batch_info.py`` ``ForwardBatch.prepare_mlp_sync_batch``'s token counts and
+    ``state_capturer/base.py`` ``BaseHostCache.__init__``, ``pin_memory=True``); 0.5.23 asks
+    ``is_pin_memory_available``."""
+    return is_0_5_15()
+
+
+def draft_backends_are_stamped() -> bool:
+    """Whether ``DraftBackendFactory._create_backend`` (``speculative/draft_utils.py``) takes ``stamps_children``
+    (True exactly for the multi-step decode container) and a backend map's entry returns (stamp, backend) (0.5.23);
+    0.5.15.post1 has no ``stamps_children`` (the decode container is the one its error template names) and an
+    entry returns the backend itself."""
+    return not is_0_5_15()
+
+
+class ModelAdjustments(NamedTuple):
+    """Where SGLang makes its model-specific ServerArgs adjustments, and the modules whose names they look up at
+    each call."""
+
+    target: str  # the adjustments: a function (0.5.23) or a ServerArgs method (0.5.15.post1)
+    backends_module: str  # whose attention_backends_of the adjustments call
+    triton_kernels_module: str  # whose is_triton_kernels_available gpt-oss's adjustment calls
+
+
+def model_adjustments() -> ModelAdjustments:
+    """0.5.23: ``arg_groups/model_hook.py`` ``handle_model_specific_adjustments``, reading ``attention_backends_of``
+    from ``model_hook`` and gpt-oss's from ``arg_groups/model_overrides/gpt_oss.py``; 0.5.15.post1:
+    ``ServerArgs._handle_model_specific_adjustments`` (``server_args.py``), whose ``_resolved_attention_backends``
+    imports ``attention_backends_of`` from ``arg_groups/overrides.py`` at each call, as gpt-oss's
+    ``is_triton_kernels_available`` is read there."""
+    if is_0_5_15():
+        return ModelAdjustments("sglang.srt.server_args.ServerArgs._handle_model_specific_adjustments",
+                                "sglang.srt.arg_groups.overrides", "sglang.srt.arg_groups.overrides")
+    return ModelAdjustments("sglang.srt.arg_groups.model_hook.handle_model_specific_adjustments",
+                            "sglang.srt.arg_groups.model_hook", "sglang.srt.arg_groups.model_overrides.gpt_oss")
+
+
+def prefill_pins_page_ids_for_sender() -> bool:
+    """Whether a PD prefill engine hands a KV sender that says ``supports_host_tensor_indices`` (Mooncake's) its page
+    ids as a page-locked host copy with a ``torch.cuda.Event`` (0.5.23: ``disaggregation/prefill.py``
+    ``_send_kv_chunk``; cpu_runtime/platform/disaggregation.py turns it off on the CPU runtime); 0.5.15.post1 has no such path."""
+    return not is_0_5_15()
+
+
 # -- requests and responses ------------------------------------------------------------------------
 
 
@@ -348,6 +532,14 @@ def has_body_contract() -> bool:
     """Whether SGLang checks a /generate body against a typed contract of its own (0.5.23's api_contract;
     0.5.15 declares the types on GenerateReqInput and enforces none)."""
     return not is_0_5_15()
+
+
+def outputs_stamp_one_weight_version() -> bool:
+    """Whether the TokenizerManager stamps each output with the one weight version current when it leaves
+    (0.5.15.post1: ``managers/tokenizer_manager.py`` writes ``server_args.weight_version`` into its meta info; its
+    weight updates are ``update_weights_from_*``), so adapter/outputs.py notes the updates to write the spans;
+    0.5.23 keeps the versions per segment (the output's ``weight_versions`` spans, ``utils/weight_versions.py``)."""
+    return is_0_5_15()
 
 
 def contract_error(body) -> Optional[str]:

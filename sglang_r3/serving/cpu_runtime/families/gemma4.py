@@ -128,9 +128,10 @@ def _extend_around(original, self, query, output, k_cache, v_cache, req_to_token
         del self._make_sliding_window_mask  # the class's staticmethod again
 
 
-def hooks(on_0_5_15: bool):
-    """AROUND hooks (SGLang 0.5.23; Gemma-4 is not served on 0.5.15's CPU runtime)."""
-    if on_0_5_15:
+def hooks(model_ports: bool):
+    """AROUND hooks (SGLang 0.5.23, ``release.cpu_model_ports_apply``; Gemma-4 is not served on 0.5.15's CPU
+    runtime)."""
+    if not model_ports:
         return []
     return [(_ROUTER_TARGET, _router_around), (_ADJUSTMENTS_TARGET, _adjustments_around),
             (_MASKS_TARGET, _masks_around), (_EXTEND_TARGET, _extend_around)]

@@ -83,12 +83,12 @@ def _adjustments_around(original, server_args):
     """``handle_model_specific_adjustments`` (0.5.23; 0.5.15: the ServerArgs method): for gpt-oss, its backend
     assertion sees torch_native as the CPU backend with sinks (``intel_amx``) for the call; nothing else in it
     reads the backends for this model."""
-    from sglang_r3.serving.seam.release import is_0_5_15
+    import importlib
 
-    if is_0_5_15():  # ServerArgs._resolved_attention_backends imports it from overrides at each call
-        from sglang.srt.arg_groups import overrides as owner
-    else:
-        from sglang.srt.arg_groups import model_hook as owner
+    from sglang_r3.serving.seam.release import model_adjustments
+
+    # 0.5.15: ServerArgs._resolved_attention_backends imports it from overrides at each call
+    owner = importlib.import_module(model_adjustments().backends_module)
     if architecture(server_args) != _GPT_OSS:
         return original(server_args)
     with swapped(owner, "attention_backends_of", as_cpu_backend(owner.attention_backends_of)):
@@ -109,18 +109,13 @@ def architecture(server_args) -> Optional[str]:
 
 
 def hooks():
-    from sglang_r3.serving.seam.release import is_0_5_15
+    from sglang_r3.serving.seam.release import model_adjustments
 
-    if is_0_5_15():
-        adjustments = "sglang.srt.server_args.ServerArgs._handle_model_specific_adjustments"
-        overrides = "sglang.srt.arg_groups.overrides"
-    else:
-        adjustments = "sglang.srt.arg_groups.model_hook.handle_model_specific_adjustments"
-        overrides = "sglang.srt.arg_groups.model_overrides.gpt_oss"
+    adjustments = model_adjustments()
     return [
         (f"{_TNA}.scaled_dot_product_attention", _sdpa_around),
         (f"{_TNA}.TorchNativeAttnBackend.forward_extend", _with_sinks),
         (f"{_TNA}.TorchNativeAttnBackend.forward_decode", _with_sinks),
-        (adjustments, _adjustments_around),
-        (f"{overrides}.is_triton_kernels_available", _no_triton_kernels),
+        (adjustments.target, _adjustments_around),
+        (f"{adjustments.triton_kernels_module}.is_triton_kernels_available", _no_triton_kernels),
     ]

@@ -192,14 +192,14 @@ def _create_backend_around(original, self, backend_name, backend_map, error_temp
     # 0.5.23: stamps_children is True exactly for the multi-step decode container, and a map entry returns
     # (stamp, backend). 0.5.15: no stamps_children (the decode container is the one create_decode_backend asks
     # for, named by its error template), and a map entry returns the backend itself.
-    from sglang_r3.serving.seam.release import is_0_5_15
+    from sglang_r3.serving.seam.release import draft_backends_are_stamped
 
-    if is_0_5_15():
-        decode_container = error_template.startswith("EAGLE is not supported in decode attention backend")
-        wrap = lambda backend: backend  # noqa: E731
-    else:
+    if draft_backends_are_stamped():
         decode_container = bool(args[0] if args else kwargs.get("stamps_children", False))
         wrap = lambda backend: (_TORCH_NATIVE, backend)  # noqa: E731
+    else:
+        decode_container = error_template.startswith("EAGLE is not supported in decode attention backend")
+        wrap = lambda backend: backend  # noqa: E731
     if _TORCH_NATIVE not in backend_map:
         backend_map = dict(backend_map)
         if decode_container:

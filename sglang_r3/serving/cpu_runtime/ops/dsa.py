@@ -84,9 +84,9 @@ def _indexer_forward_native(original, self, x=None, q_lora=None, positions=None,
 
 
 def hooks():
-    from sglang_r3.serving.seam.release import is_0_5_15
+    from sglang_r3.serving.seam.release import cpu_model_ports_apply
 
-    if is_0_5_15():  # 0.5.15 keeps DSA in ServerArgs itself; not served on its CPU runtime (it stops at start-up)
+    if not cpu_model_ports_apply():  # 0.5.15 keeps DSA in ServerArgs itself, and stops it at start-up on CPU
         return []
     return [
         ("sglang.srt.arg_groups.model_hook.handle_model_specific_adjustments", _adjustments_around),

@@ -431,12 +431,13 @@ def _shared_gate_around(original, hidden_states, gate_weight, shared_output, fin
     final_hidden_states.copy_(added.to(final_hidden_states.dtype))
 
 
-def hooks(on_0_5_15: bool):
+def hooks(model_ports: bool):
     """AROUND hooks (the norms and the speculative verify: SGLang 0.5.23, where they live in ``sglang.kernels``;
     Qwen3-Next and Qwen3.5 are not served on 0.5.15's CPU runtime: start-up refuses them there, in
-    refusals.startup._release_cpu_runtime. The shared expert's gate: both releases, for Qwen2-MoE). The release is
-    the caller's to say: the manifest's tool registers this module's ops."""
-    if on_0_5_15:
+    startup_checks._release_cpu_runtime. The shared expert's gate: both releases, for Qwen2-MoE). Whether the
+    model ports apply (``release.cpu_model_ports_apply``) is the caller's to say: the manifest's tool registers
+    this module's ops."""
+    if not model_ports:
         return [(_SHARED_GATE_TARGET, _shared_gate_around)]
     out = [(_NORM_TARGET, _gated_norm_around), (_NORM_GROUPED_TARGET, _grouped_norm_around),
            (_SHARED_GATE_TARGET, _shared_gate_around), (_LAYER_TARGET, _layer_init_around),

@@ -91,9 +91,9 @@ class _Unpinned:
 
 def hooks():
     """0.5.15's host tensors pinned without asking whether pinning is available (CPU runtime only)."""
-    from sglang_r3.serving.seam.release import is_0_5_15
+    from sglang_r3.serving.seam.release import pins_host_tensors_unasked
 
-    if not is_0_5_15():
+    if not pins_host_tensors_unasked():
         return []
     return [
         ("sglang.srt.model_executor.forward_batch_info.ForwardBatch.prepare_mlp_sync_batch",

@@ -35,6 +35,6 @@ def install() -> None:
     from sglang_r3.serving.seam import release
     from sglang_r3.serving.seam.hooks import register
 
-    if torch.cuda.is_available() or release.is_0_5_15():  # PD is served on 0.5.23 (refusals/startup.py)
+    if torch.cuda.is_available() or not release.prefill_pins_page_ids_for_sender():
         return
     register(_TARGET, _host_page_ids, "after")

@@ -21,9 +21,6 @@ from __future__ import annotations
 import torch
 
 _TNA = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
-# 0.5.23's padding asks a CPU backend for the cpu_ method (only Intel AMX defines it); 0.5.15's asks every
-# backend for the cuda_ one, which torch_native inherits from a base class that raises.
-FILL_METHOD = {"0.5.23": "get_cpu_graph_seq_len_fill_value", "0.5.15.post1": "get_cuda_graph_seq_len_fill_value"}
 
 
 def groups_without_pynccl(original, *args, **kwargs):
@@ -41,9 +38,11 @@ def add_seq_len_fill_value() -> None:
 
     from sglang_r3.serving.seam.hooks import HookTargetError
     from sglang_r3.serving.seam.manifest import check, by_target
-    from sglang_r3.serving.seam.release import current
+    from sglang_r3.serving.seam.release import seq_len_fill_method
 
-    name = FILL_METHOD[current()]
+    # 0.5.23's padding asks a CPU backend for the cpu_ method (only Intel AMX defines it); 0.5.15's asks every
+    # backend for the cuda_ one, which torch_native inherits from a base class that raises.
+    name = seq_len_fill_method()
     target = f"{_TNA}.{name}"
     entry = by_target().get(target)
     own = TorchNativeAttnBackend.__dict__.get(name)
@@ -104,12 +103,13 @@ def pad_draft_extend_as_0_5_23(original, self, model_runner, num_tokens, bs):
 
 
 def hooks():
-    from sglang_r3.serving.seam.release import is_0_5_15
+    from sglang_r3.serving.seam.release import dp_gather_has_cpu_path, pads_draft_extend_dummies
 
     out = [("sglang.srt.distributed.parallel_state.init_model_parallel_group", groups_without_pynccl)]
-    if is_0_5_15():
+    if not dp_gather_has_cpu_path():
         out.append(("sglang.srt.layers.dp_attention.memcpy_triton", memcpy_on_cpu))
         out += [(f"{_GROUP}.{name}", _on_the_group(private)) for name, private in COLLECTIVES_0_5_15.items()]
+    if not pads_draft_extend_dummies():
         out.append(("sglang.srt.model_executor.forward_batch_info.ForwardBatch._pad_inputs_to_size",
                     pad_draft_extend_as_0_5_23))
     return out
