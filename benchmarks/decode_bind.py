@@ -174,12 +174,12 @@ def ours_slime_rows(records: List[RoutingRecord], tokens: List[torch.Tensor], la
 
 
 def ours_filler_pack(records: List[RoutingRecord], tokens: List[torch.Tensor], layout: ModelLayout) -> List[torch.Tensor]:
-    """sglang_r3/trainer/filler.py ReplayFiller.pack (check_records + pack_rows), then PackedRows.layer_tensors():
+    """sglang_r3/trainer/megatron.py ReplayFiller.pack (check_records + pack_rows), then PackedRows.layer_tensors():
     the int64 tensors ReplayFiller.fill hands to Megatron's RouterReplay. ``pack`` is called on a stand-in for
     the filler (it reads only layout, weight_version and token_layout()); binding to a model is not timed."""
     from types import SimpleNamespace
 
-    from sglang_r3.trainer.filler import ReplayFiller
+    from sglang_r3.trainer.megatron import ReplayFiller
     from sglang_r3.trainer.packing import TokenLayout
 
     me = SimpleNamespace(layout=layout, weight_version=None, allow_mixed_versions=False, token_layout=TokenLayout)

@@ -25,7 +25,7 @@ from typing import Any, Dict, List
 
 from benchmarks import capture_overhead
 from benchmarks.run import PlainServer
-from tests.servers import ServerProcess
+from tests.support.servers import ServerProcess
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OUT, OUT_QUICK = RESULTS / "dp_overhead.json", RESULTS / "dp_overhead_quick.json"

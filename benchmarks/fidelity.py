@@ -73,7 +73,7 @@ def server(kind: str, url: Optional[str]) -> Iterator[str]:
     if url:
         yield url
         return
-    from tests.servers import ServerProcess
+    from tests.support.servers import ServerProcess
 
     proc = ServerProcess(SERVER_FLAGS[kind]).start()
     try:

@@ -11,7 +11,7 @@ about a minute on one GPU. On a machine without CUDA it says so and exits 0, cla
 2. ``draft_capturer_cuda_graph``: the same for ``DraftCapturer`` (draft routers inside a graph,
    filed once per draft forward after replay).
 2b. ``dp_window_cuda_graph``: DP attention's gathered batch (two ranks, a decode graph's layout): rank 1's
-   window (``patches/dp_rows.dp_window``) captured inside a CUDA graph; replays give the rows of rank 1's
+   window (``adapter/dp_rows.dp_window``) captured inside a CUDA graph; replays give the rows of rank 1's
    own tokens routed alone. (DeepEP's attention-TP all-gather needs several GPUs: not checked here.)
 3. ``deferred_copy_side_stream``: ``on_forward_end(no_copy_to_cpu=True)`` under
    ``torch.cuda.set_sync_debug_mode("error")`` (any blocking copy or sync in the forward raises),
@@ -139,7 +139,7 @@ def check_routing_capturer_cuda_graph(device: torch.device) -> str:
 def check_dp_window_cuda_graph(device: torch.device) -> str:
     """DP attention: the routers route two ranks' tokens gathered; rank 1 captures its window, inside a graph."""
     from sglang_r3.serving.capture.capturer import RoutingCapturer
-    from sglang_r3.serving.patches.dp_rows import dp_window
+    from sglang_r3.serving.adapter.dp_rows import dp_window
 
     n = 24  # tokens per rank, as a decode graph of 24 records them (MAX_LEN: every rank at the graph's size)
 

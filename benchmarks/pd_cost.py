@@ -3,7 +3,7 @@
 Two PD setups are up at once, each a prefill engine, a decode engine (KV over Mooncake's TCP transport) and SGLang's
 gateway (``sglang_router.launch_router --pd-disaggregation``): plain SGLang (``benchmarks.plain_server``, our plugin
 inert, no capture: what users run without R3) and sglang-r3 (our launcher; the prompt's rows travel with its KV,
-sglang_r3/serving/patches/pd_rows.py). Both serve the embedded model with its default EAGLE MTP.
+sglang_r3/serving/adapter/pd_rows.py). Both serve the embedded model with its default EAGLE MTP.
 
 * **Bytes**: the prefill engine's log line says what one KV slot carries: our rows and mark (and, for a model with MTP
   layers, the prompt's MTP draft slots), and SGLang's own KV items

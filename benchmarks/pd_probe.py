@@ -8,7 +8,7 @@ its own process group, killed at the end.
 
 ``--launcher plain`` (default): ``benchmarks.plain_server`` (SGLang's own ``run_server``, our plugin inert) with
 ``--upstream-capture``; ``--launcher r3``: ``python -m sglang_r3.launch_server`` (our capture; the prompt's rows travel with its KV,
-sglang_r3/serving/patches/pd_rows.py); ``--launcher sglang``: SGLang's own launcher with ``SGLANG_R3_ENABLED=1``.
+sglang_r3/serving/adapter/pd_rows.py); ``--launcher sglang``: SGLang's own launcher with ``SGLANG_R3_ENABLED=1``.
 The served feature's test is tests/test_pd.py; this probe prints each engine's own answers for a closer look.
 """
 

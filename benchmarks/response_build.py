@@ -6,7 +6,7 @@ Both sides start from what the scheduler puts in ``req.routed_experts`` and end 
   ``DetokenizerManager._b64_encode_per_request`` (pybase64 of the tensor bytes, detokenizer process) ->
   ``meta_info["routed_experts"]`` -> ``orjson_response`` (``dumps_json``) in the HTTP process.
 * ours: the msgpack payload (``capture/payload.encode_payload``, built at collect time in the scheduler)
-  as ``PayloadBytes`` -> the same detokenizer base64 -> ``patches/responses.take_payload`` (the
+  as ``PayloadBytes`` -> the same detokenizer base64 -> ``adapter/outputs.take_payload`` (the
   TokenizerManager hook: parks the payload, still encoded, for our /generate) -> ``response.build_all``
   (``response.build``: pybase64 decode, ``decode_payload``, record, ``to_wire``) -> ``server/wire.respond``
   (orjson or msgpack). These are the functions our HTTP process runs, called directly.
@@ -69,9 +69,9 @@ class _Request:
 
 def _tm_hook(out: Dict[str, Any], request: _Request) -> Dict[str, Any]:
     """What the TokenizerManager hook does with a finished output of our /generate (on the event loop)."""
-    from sglang_r3.serving.patches import responses
+    from sglang_r3.serving.adapter import outputs
 
-    return responses.take_payload(None, request, out)
+    return outputs.take_payload(None, request, out)
 
 
 def _asked(binary: bool):

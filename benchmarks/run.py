@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from benchmarks.machine import machine
-from tests.servers import ServerProcess
+from tests.support.servers import ServerProcess
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"

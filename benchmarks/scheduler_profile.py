@@ -35,7 +35,7 @@ import psutil
 from benchmarks.capture_overhead import WORKLOADS_QUICK, distinct_prompts
 from benchmarks.machine import machine
 from benchmarks.run import PlainServer
-from tests.servers import ServerProcess
+from tests.support.servers import ServerProcess
 
 HERE = Path(__file__).resolve().parent
 CATEGORIES = ("forward", "batch result", "request intake", "scheduler, other", "other processes")

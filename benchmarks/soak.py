@@ -223,7 +223,7 @@ def main(argv=None) -> None:
     server = None
     url = args.url
     if url is None:
-        from tests.servers import ServerProcess
+        from tests.support.servers import ServerProcess
 
         server = ServerProcess(SOAK_SERVER_FLAGS, env=SOAK_SERVER_ENV).start().wait_ready()
         url = server.url

@@ -10,7 +10,7 @@ from sglang_r3_server.request import RequestError
 from sglang_r3_server.schemas import CaptureModeRequest, CaptureStats, ErrorResponse, LayoutResponse
 from sglang_r3_server.state import current_layout, tokenizer_manager
 from sglang_r3.serving.capture.capturer import CAPTURE_MODE_CODES
-from sglang_r3.serving.patches import api
+from sglang_r3.serving.adapter import api
 
 router = APIRouter()
 

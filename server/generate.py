@@ -22,7 +22,7 @@ from sglang_r3_server.schemas import ErrorResponse, RoutedOutput, RoutingOptions
 from sglang_r3_server.state import current_layout, tokenizer_manager
 from sglang_r3_server.wire import DONE_FRAME, MSGPACK, frame, respond, wants_msgpack
 from sglang_r3.core.layout import ModelLayout
-from sglang_r3.serving.patches import api
+from sglang_r3.serving.adapter import api
 from sglang_r3.serving.response import Asked, Parked, ask, build_all, unpark
 
 router = APIRouter()

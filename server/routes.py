@@ -1,4 +1,4 @@
-"""Every route of the rollout API, in one router that ``patches/http.py`` mounts on SGLang's app:
+"""Every route of the rollout API, in one router that ``adapter/http.py`` mounts on SGLang's app:
 ``/generate`` (``server/generate.py``) and ``/routing/*`` (``server/admin.py``)."""
 
 from __future__ import annotations
@@ -9,5 +9,5 @@ from sglang_r3_server import admin, generate
 
 router = APIRouter()
 # The route objects themselves, not include_router: this FastAPI wraps an included router in one
-# route, and patches/http.py mounts each endpoint on the app by itself (see there why).
+# route, and adapter/http.py mounts each endpoint on the app by itself (see there why).
 router.routes.extend([*generate.router.routes, *admin.router.routes])

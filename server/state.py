@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sglang_r3.core.layout import ModelLayout
-from sglang_r3.serving.patches import api
-from sglang_r3.serving.patches.responses import served_layout
+from sglang_r3.serving.adapter import api
+from sglang_r3.serving.adapter.outputs import served_layout
 
 
 def tokenizer_manager():

@@ -10,7 +10,7 @@ import msgpack
 from fastapi import Request
 from fastapi.responses import Response
 
-from sglang_r3.serving.patches import api
+from sglang_r3.serving.adapter import api
 
 MSGPACK = "application/msgpack"
 DONE_FRAME = b"data: [DONE]\n\n"  # the last frame of a JSON (server-sent events) stream

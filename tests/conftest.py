@@ -15,9 +15,9 @@ import torch
 from benchmarks.run import PlainServer
 from benchmarks.soak import SOAK_SERVER_ENV, SOAK_SERVER_FLAGS
 from sglang_r3.core import settings
-from tests import children, ordering
-from tests.servers import ServerProcess
-from tests.tiers import *  # noqa: F401,F403  (the tier hooks: tests/tiers.py)
+from tests.support import children, ordering
+from tests.support.servers import ServerProcess
+from tests.support.tiers import *  # noqa: F401,F403  (the tier hooks: tests/support/tiers.py)
 
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")

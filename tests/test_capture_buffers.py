@@ -188,7 +188,7 @@ def test_kv_move_under_deferred_copy_moves_the_rows_once_they_land():
 
 def test_row_work_queued_under_a_deferred_copy_runs_once_the_rows_land():
     """A PD decode engine's retraction keeps a request's rows while the forward that computed its last token may be
-    in flight (patches/pd_rows.py): the kept row is that forward's, not what the slot held before it."""
+    in flight (adapter/pd_rows.py): the kept row is that forward's, not what the slot held before it."""
     cap = RoutingCapturer(LAYOUT, num_slots=64, max_batch_tokens=MAX_TOKENS)
     _forward(cap, [40, 41], seed=7)  # what the slots held before
     chosen, holder = _forward(cap, [41], seed=8, no_copy_to_cpu=True)  # in flight
@@ -276,7 +276,7 @@ def test_draft_entries_are_filed_only_for_requests_that_asked_for_the_mtp_sectio
 
 
 def test_a_prompts_draft_entries_carried_to_another_capturer_come_first_and_a_late_arrival_is_refused():
-    """PD (patches/pd_rows.py): the prefill engine's capturer hands its draft-extend entries over, and the decode
+    """PD (adapter/pd_rows.py): the prefill engine's capturer hands its draft-extend entries over, and the decode
     engine's capturer files them ahead of its own rounds; entries arriving after its own could not be put in order,
     so the section is refused, never reordered; a retracted request's entries come back into its new row."""
     cfg = object()

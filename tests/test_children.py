@@ -36,7 +36,7 @@ import pytest
 import ray
 
 from sglang_r3.serving.fleet.gateway import Gateway
-from tests.servers import ServerProcess
+from tests.support.servers import ServerProcess
 
 pytestmark = pytest.mark.server
 

@@ -187,7 +187,7 @@ def test_one_changed_value_reads_the_same_through_file_and_object(tmp_path, mode
 def test_step3p5_file_object_and_save_pretrained_views_agree(tmp_path):
     # SGLang's own Step3p5Config: per-layer rope_theta lists, share_expert_dims stored as share_expert_dim,
     # moe_layers_enum as a string.
-    from tests.step3p5 import config
+    from tests.support.step3p5 import config
 
     raw = config()
     obj = _sglang_config(tmp_path, raw)
@@ -299,7 +299,7 @@ def test_trainer_without_transformers_computes_the_servers_fingerprints(tmp_path
     # The trainer's base install has no transformers (tests/test_trainer_install.py): its table path
     # must give the fingerprint the server computes from the config object SGLang resolves.
     from sglang_r3.core.layout import layout_from_hf_config
-    from tests.test_trainer_install import SERVER_ONLY, _ok, _run
+    from tests.support.blocked_imports import SERVER_ONLY, ok, run
 
     names = FIXTURES
     server = {n: layout_from_hf_config(_sglang_config(tmp_path, _load(n), n)).fingerprint for n in names}
@@ -314,5 +314,5 @@ raw = {{n: layout_from_hf_config({{k: v for k, v in json.load(open(p)).items() i
 saved = {{n: layout_from_model_path(p).fingerprint for n, p in {saved!r}.items()}}
 print(json.dumps([raw, saved]))
 """
-    raw, resaved = json.loads(_ok(_run(code, SERVER_ONLY)).strip().splitlines()[-1])
+    raw, resaved = json.loads(ok(run(code, SERVER_ONLY)).strip().splitlines()[-1])
     assert raw == server and resaved == server

@@ -1,4 +1,4 @@
-"""The CPU runtime's gated delta-net ops (sglang_r3/serving/patches/cpu/gdn.py) against transformers 5.19's own torch
+"""The CPU runtime's gated delta-net ops (sglang_r3/serving/cpu_runtime/ops/gdn.py) against transformers 5.19's own torch
 code for Qwen3-Next and Qwen3.5 (``modeling_qwen3_next``: ``torch_chunk_gated_delta_rule``,
 ``torch_recurrent_gated_delta_rule``, ``causal_conv1d_fn`` / ``causal_conv1d_update``, ``Qwen3NextRMSNormGated``,
 ``Qwen3NextGatedDeltaNet``; ``modeling_qwen3_5_moe``: ``Qwen3_5MoeRMSNorm``, ``Qwen3_5MoeGatedDeltaNet``).
@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_r3.serving.patches.cpu import gdn
+from sglang_r3.serving.cpu_runtime.ops import gdn
 
 pytestmark = pytest.mark.fast
 
@@ -330,7 +330,7 @@ def test_sglangs_cpu_wrappers_reach_the_ops_and_the_verify_conv_update_needs_the
     # SGLang's own CPU wrappers (sgl_kernel/mamba.py, as gdn_backend calls them) run on them. And the call that stopped
     # MTP speculation for these models on CPU: GDNAttnBackend.forward_extend's TARGET_VERIFY branch passes
     # causal_conv1d_update keywords that the CPU wrapper bound to that name does not take (a TypeError at the first
-    # verify), and with cpu/gdn.py's hook on that name the same call runs.
+    # verify), and with cpu_runtime/ops/gdn.py's hook on that name the same call runs.
     import subprocess
     import sys
     import textwrap
@@ -340,7 +340,7 @@ def test_sglangs_cpu_wrappers_reach_the_ops_and_the_verify_conv_update_needs_the
         from sglang_r3.dev.cpu import activate_cpu_runtime, has_gpu
         if not has_gpu():
             activate_cpu_runtime()
-        from sglang_r3.serving.patches.cpu import gdn
+        from sglang_r3.serving.cpu_runtime.ops import gdn
         added = gdn.register_gdn_ops()
         assert set(added) == set(gdn.IMPLEMENTATIONS), added
         assert gdn.register_gdn_ops() == []
@@ -376,7 +376,7 @@ def test_sglangs_cpu_wrappers_reach_the_ops_and_the_verify_conv_update_needs_the
         verify = inspect.getsource(gdn_backend.GDNAttnBackend.forward_extend)
         for kw in ("intermediate_conv_window", "intermediate_state_indices", "retrieve_parent_token"):
             assert kw + "=" in verify and kw not in params, kw
-        # which is why cpu/gdn.py hooks that name: with the hook, the verify's call runs (a drafted chain)
+        # which is why cpu_runtime/ops/gdn.py hooks that name: with the hook, the verify's call runs (a drafted chain)
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
         HookRegistry.register(gdn._CONV_UPDATE_TARGET, gdn._conv_update_around, HookType.AROUND)
         HookRegistry.apply_hooks()

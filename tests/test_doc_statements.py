@@ -32,7 +32,7 @@ def _flat(path: str) -> str:
 
 
 def test_the_compatibility_results_count_the_manifest_as_it_is():
-    from sglang_r3.serving.patches.manifest import entries
+    from sglang_r3.serving.seam.manifest import entries
 
     results = json.loads(_text("docs/compatibility.json"))["releases"]
     assert results
@@ -45,8 +45,8 @@ def test_the_compatibility_results_count_the_manifest_as_it_is():
 
 
 def test_slime_md_gives_the_manifest_checks_count_of_0_5_15():
-    from sglang_r3.serving.patches.manifest import entries
-    from sglang_r3.serving.patches.versions import V0_5_15
+    from sglang_r3.serving.seam.manifest import entries
+    from sglang_r3.serving.seam.versions import V0_5_15
 
     counts = re.findall(r"manifest check is clean \((\d+) of (\d+) targets\)", _flat("docs/slime.md"))
     # `python -m sglang_r3.tools.manifest` prints "N of N SGLang targets": every entry of the release
@@ -94,7 +94,7 @@ def _row(path: str, first_cell: str) -> str:
 
 def test_capture_off_is_told_as_the_code_chooses_it_from_the_mode_at_finish():
     # The scheduler picks the code when the finished request's rows are gathered, from the capture mode then.
-    collect = _function("sglang_r3/serving/patches/capture.py", "collect_request_rows")
+    collect = _function("sglang_r3/serving/adapter/capture_site.py", "collect_request_rows")
     assert 'code = "capture_off" if not cap.capture_main else "missing_rows"' in collect
     row = _row("docs/api.md", "`capture_off`")
     assert "when the request finishes" in row and "not from when the missing KV was computed" in row
@@ -117,12 +117,12 @@ def test_troubleshooting_names_the_release_that_prints_the_set_internal_state_lo
     import ast
 
     line = "sglang-r3: /set_internal_state refused:"
-    source = _text("sglang_r3/serving/patches/capture.py")
+    source = _text("sglang_r3/serving/adapter/capture_site.py")
     printers = [n.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)
                 and line in (ast.get_source_segment(source, n) or "")]
     assert printers == ["take_capture_mode_knob"]
-    install = _function("sglang_r3/serving/patches/capture.py", "install_capture_patches")
-    only_015 = install.split("if release.is_0_5_15():", 1)[1].split("else:", 1)[0]
+    install = _function("sglang_r3/serving/adapter/capture_site.py", "install_capture_patches")
+    only_015 = install.split("if not release.has_internal_state_controller():", 1)[1].split("else:", 1)[0]
     assert "take_capture_mode_knob" in only_015  # hooked on 0.5.15 only: 0.5.23 logs SGLang's own warning
     rows = [r for r in _text("docs/troubleshooting.md").splitlines() if line in r]
     assert rows and all("0.5.15.post1 (which prints it)" in r and "0.5.23" in r for r in rows)
@@ -243,5 +243,5 @@ def test_the_readme_gives_the_suites_time_testing_md_measured():
 def test_the_readme_tells_verl_to_ask_each_request_for_its_rows():
     verl = _flat("README.md").split("## verl and other in-process engines", 1)[1].split("## ", 1)[0]
     assert "`engine.generate(..., return_routed_experts=True)`" in verl
-    # the in-process engine's own check asks the same way (tests/engine_check.py)
-    assert "return_routed_experts=True" in _text("tests/engine_check.py")
+    # the in-process engine's own check asks the same way (tests/scripts/engine_check.py)
+    assert "return_routed_experts=True" in _text("tests/scripts/engine_check.py")

@@ -178,10 +178,11 @@ def _tree_paths() -> Tuple[str, ...]:
 
 
 # A path in backticks is this repository's when it starts at the root or at one of the packages or folders the
-# docs name relative paths from (`core/settings.py`, `patches/served_layout.py`, `trainer/slime/`); others
+# docs name relative paths from (`core/settings.py`, `adapter/served_layout.py`, `trainer/slime/`); others
 # (`slime/backends/...`, `docker/...`, `disaggregation/utils.py`) are slime's, SGLang's or an image's.
 _ROOT_TOPS = ("sglang_r3", "server", "tests", "docs", "benchmarks", ".ci")
-_INNER_TOPS = ("core", "serving", "trainer", "tools", "dev", "patches", "capture", "fleet", "record", "client")
+_INNER_TOPS = ("core", "serving", "trainer", "tools", "dev", "adapter", "seam", "refusals", "cpu_runtime", "capture",
+                "fleet", "record", "client")
 _PATH = re.compile(r"^[\w.-]+(?:/[\w.-]+)*/?$")
 
 
@@ -204,7 +205,7 @@ def _path_exists(token: str) -> Optional[str]:
             return None
     elif any(p == token or p.endswith("/" + token) or p.endswith("/" + token + "/") for p in paths):
         return None
-    # `serving/launch.prepare`, `serving/patches/startup_checks.check_supported`: a module and a name in it
+    # `serving/launch.prepare`, `serving/refusals/startup.check_supported`: a module and a name in it
     stem, dot, name = token.rpartition(".")
     if dot and name.isidentifier():
         for p in paths:
@@ -411,12 +412,12 @@ def _modules():
 def test_the_architecture_doc_names_every_module():
     def named(rel: Path) -> bool:
         # The tables name a module relative to its top package (`record/bitpack.py`, `server/routes.py`),
-        # a package (its __init__) by its folder (`capture/`), and the CPU runtime's files by theirs.
+        # a package (its __init__) by its folder (`capture/`), and the CPU runtime's files by their folder's.
         parts = rel.parts[1:] if rel.parts[0] == "sglang_r3" else rel.parts
         folder = "/".join(parts[:-1]) + "/"
         if parts[-1] == "__init__.py":
             return f"`{folder}`" in DOC or len(parts) == 1
-        return f"`{'/'.join(parts)}`" in DOC or (folder == "serving/patches/cpu/" and f"`{folder}`" in DOC)
+        return f"`{'/'.join(parts)}`" in DOC or (folder.startswith("serving/cpu_runtime/") and f"`{folder}`" in DOC)
 
     missing = [str(r) for r in _modules() if not named(r)]
     assert not missing, f"docs/architecture.md does not name: {missing}"
@@ -632,7 +633,7 @@ def test_the_readme_keeps_the_two_commands_ci_runs():
 
 
 def test_the_readme_names_the_served_releases():
-    from sglang_r3.serving.patches.versions import SERVED
+    from sglang_r3.serving.seam.versions import SERVED
 
     assert all(f"**{v}**" in TEXT[README] for v in SERVED)
     said = " ".join(TEXT[README].split()).lower()
@@ -642,9 +643,9 @@ def test_the_readme_names_the_served_releases():
 # (README text, file, the code that prints it): the log lines the README tells a user to look for.
 LOG_LINES = [
     ("sglang-r3 capture: Glm4MoeForCausalLM: 4 decoder layers (1 dense, 3 MoE), 1 MTP, 16 experts, top-4, ",
-     "sglang_r3/serving/patches/capture.py", '"sglang-r3 capture: %s, %d KV slots"'),
+     "sglang_r3/serving/adapter/capture_site.py", '"sglang-r3 capture: %s, %d KV slots"'),
     ("sglang-r3 draft capture: 1 MTP router(s) at draft layer ids [0]",
-     "sglang_r3/serving/patches/draft.py", '"sglang-r3 draft capture: %d MTP router(s) at draft layer ids %s"'),
+     "sglang_r3/serving/adapter/draft_site.py", '"sglang-r3 draft capture: %d MTP router(s) at draft layer ids %s"'),
     ("R3 (slime): MegatronTrainRayActor.fill_routing_replay replays … decoder MoE layers by identity, 1 MTP layer(s) route live",
      "sglang_r3/trainer/slime/installer.py",
      '"R3 (slime): MegatronTrainRayActor.fill_routing_replay replays %d decoder MoE layers by identity, %d MTP "'),

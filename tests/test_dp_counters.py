@@ -25,8 +25,8 @@ from typing import Dict, List, Tuple
 import httpx
 import pytest
 
-from tests.routing_http import TIMEOUT, fetch_layout, flush_cache, greedy, ids, record_of
-from tests.servers import ServerProcess
+from tests.support.routing_http import TIMEOUT, fetch_layout, flush_cache, greedy, ids, record_of
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.server, pytest.mark.release]
 

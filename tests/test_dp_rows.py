@@ -2,7 +2,7 @@
 
 The oracle is SGLang's ``dp_attention.get_dp_local_slice_cpu`` (what upstream's capturer slices with; both served
 releases have it: 0.5.23 finds the slot with ``dp_slot_in``, 0.5.15 with ``get_attention_dp_rank``), given the
-per-rank counts a forward carries; our window (``patches/dp_rows._dp_window``, the function the server runs) reads
+per-rank counts a forward carries; our window (``adapter/dp_rows._dp_window``, the function the server runs) reads
 what SGLang's own ``set_dp_buffer_len`` published for the same forward. The layouts are those
 ``ForwardBatch.prepare_mlp_sync_batch`` publishes: SUM_LEN (every rank at its own count, rounded up to the
 attention-TP width), MAX_LEN (every rank padded to the longest), a decode CUDA graph (recorded with every rank at
@@ -42,7 +42,7 @@ def sglang_dp():
     from sglang.srt.layers import dp_attention
     from sglang.srt.runtime_context import get_parallel
 
-    from sglang_r3.serving.patches.dp_rows import _dp_window
+    from sglang_r3.serving.adapter.dp_rows import _dp_window
 
     yield SimpleNamespace(dp=dp_attention, parallel=get_parallel(), window=_dp_window)
     os.environ.clear()
@@ -272,7 +272,7 @@ def test_dp_padding_rows_are_never_counted_as_captured(sglang_dp, deferred):
 
 
 def test_a_draft_forward_whose_router_did_not_route_the_gathered_batch_is_counted(sglang_dp):
-    """The router path the server runs (``patches/capture.route_topk_to_capturers``) under DP attention: a draft
+    """The router path the server runs (``adapter/capture_site.route_topk_to_capturers``) under DP attention: a draft
     forward whose MTP router routed another batch than the gathered one files no entry and is counted once in
     ``draft.forwards_refused`` (``/routing/stats``), however many of its routers refuse."""
     from sglang.srt.layers.moe.topk import TopKConfig
@@ -280,8 +280,8 @@ def test_a_draft_forward_whose_router_did_not_route_the_gathered_batch_is_counte
 
     from sglang_r3.serving.capture.capturer import RoutingCapturer
     from sglang_r3.serving.capture.draft import DraftCapturer
-    from sglang_r3.serving.patches import capture as capture_patch
-    from sglang_r3.serving.patches.dp_rows import _dp_window
+    from sglang_r3.serving.adapter import capture_site as capture_patch
+    from sglang_r3.serving.adapter.dp_rows import _dp_window
 
     mtp = TopKConfig(top_k=4, allow_routed_experts_capture=False)  # a draft router: not allowed to write main rows
     cap = RoutingCapturer(_layout(), num_slots=32, max_batch_tokens=16)
@@ -328,7 +328,7 @@ def _gather_worker(rank: int, port: int, queue) -> None:
     from sglang.srt.distributed.parallel_state import init_model_parallel_group
     from sglang.srt.runtime_context import get_parallel
 
-    from sglang_r3.serving.patches.dp_rows import _gathered_across_attn_tp
+    from sglang_r3.serving.adapter.dp_rows import _gathered_across_attn_tp
 
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:

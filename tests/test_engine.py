@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from sglang_r3.core.record import RoutingRecord
-from tests.routing_http import greedy, record_of
-from tests.servers import assert_main_rows_equal_plain_sglang
+from tests.support.routing_http import greedy, record_of
+from tests.support.servers import assert_main_rows_equal_plain_sglang
 
 pytestmark = pytest.mark.release  # also run on SGLang 0.5.15.post1 (.ci/release-env)
 
@@ -23,9 +23,10 @@ PROMPT = list(b"in-process engine")
 
 @pytest.fixture(scope="module")
 def engine_out() -> dict:
-    script = Path(__file__).with_name("engine_check.py")
+    root = Path(__file__).resolve().parents[1]
+    script = root / "tests" / "scripts" / "engine_check.py"
     run = subprocess.run([sys.executable, str(script), json.dumps(PROMPT)], capture_output=True, text=True,
-                         timeout=900, cwd=script.parent.parent)
+                         timeout=900, cwd=root)
     assert run.returncode == 0, run.stderr[-4000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 

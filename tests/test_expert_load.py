@@ -23,8 +23,8 @@ from sglang_r3.core.layout import layout_from_hf_config
 from sglang_r3.core.load import LoadCounter, LoadError, expert_load
 from sglang_r3.core.record import RoutingRecord, token_digest
 from sglang_r3.core.record.file import load_records, save_records
-from tests.routing_http import TIMEOUT, fetch_layout, generate, ids
-from tests.test_trainer_install import SERVER_ONLY, _ok, _run
+from tests.support.blocked_imports import SERVER_ONLY, ok, run
+from tests.support.routing_http import TIMEOUT, fetch_layout, generate, ids
 
 pytestmark = pytest.mark.fast
 
@@ -148,13 +148,13 @@ import sys
 from sglang_r3.tools.report import main
 sys.exit(main([{str(tmp_path / 'b.r3')!r}, "--png", {str(tmp_path / 'load.png')!r}]))
 """
-    proc = _run(code, ("matplotlib",))
+    proc = run(code, ("matplotlib",))
     assert proc.returncode == 2, proc.stderr
     assert 'error: --png draws with matplotlib, which is not installed' in proc.stderr
     assert 'pip install "sglang-r3[report]"' in proc.stderr
     assert not (tmp_path / "load.png").exists() and proc.stdout == ""  # refused before any record was read
-    table = _run(code.replace(', "--png", ' + repr(str(tmp_path / "load.png")), ""), ("matplotlib",))
-    assert _ok(table).count("token rows") == 1  # without --png, the table alone
+    table = run(code.replace(', "--png", ' + repr(str(tmp_path / "load.png")), ""), ("matplotlib",))
+    assert ok(table).count("token rows") == 1  # without --png, the table alone
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert [r.split(">")[0] for r in extras["report"]] == ["matplotlib"]
 
@@ -166,7 +166,7 @@ def test_report_refuses_a_file_that_is_not_records(tmp_path):
 
 
 def test_load_and_record_files_need_neither_torch_nor_sglang(tmp_path):
-    out = _ok(_run("""
+    out = ok(run("""
 import numpy as np
 from sglang_r3.core.load import LoadCounter
 from sglang_r3.core.record.file import save_records, load_records

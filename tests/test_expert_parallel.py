@@ -1,6 +1,6 @@
 """Expert parallelism on the CPU runtime: SGLang's CPU experts with another rank's experts (id ``-1``) adding zero.
 
-``sglang_r3/serving/patches/cpu/expert_parallel.py`` lets SGLang's ``moe_forward_native`` run the local ids
+``sglang_r3/serving/cpu_runtime/platform/expert_parallel.py`` lets SGLang's ``moe_forward_native`` run the local ids
 ``StandardDispatcher`` hands it under ``--ep-size N`` (a ``-1`` for every expert another rank holds). The oracle
 is SGLang's own ``moe_forward_native`` on one rank holding every expert: summed over the N ranks (what the
 group's all-reduce does), each rank's output must equal it, whatever the ids, the number of ranks, and DP
@@ -75,7 +75,7 @@ def _layer(w13, w2, experts: slice):
 @pytest.mark.parametrize("ep", [2, 4])
 @pytest.mark.parametrize("tokens", [1, 7, 40])
 def test_the_ranks_outputs_sum_to_sglangs_one_rank_output(ep, tokens):
-    from sglang_r3.serving.patches.cpu.expert_parallel import experts_with_dropped_slots
+    from sglang_r3.serving.cpu_runtime.platform.expert_parallel import experts_with_dropped_slots
 
     moe_forward_native, MoeRunnerConfig, StandardTopKOutput = _sglang()
     w13, w2 = _experts()
@@ -96,7 +96,7 @@ def test_the_ranks_outputs_sum_to_sglangs_one_rank_output(ep, tokens):
 
 
 def test_a_token_none_of_the_ranks_experts_serve_and_padding_rows_are_zero():
-    from sglang_r3.serving.patches.cpu.expert_parallel import experts_with_dropped_slots
+    from sglang_r3.serving.cpu_runtime.platform.expert_parallel import experts_with_dropped_slots
 
     moe_forward_native, MoeRunnerConfig, StandardTopKOutput = _sglang()
     w13, w2 = _experts()
@@ -113,7 +113,7 @@ def test_a_token_none_of_the_ranks_experts_serve_and_padding_rows_are_zero():
 
 
 def test_without_dropped_slots_sglangs_own_function_runs_untouched():
-    from sglang_r3.serving.patches.cpu.expert_parallel import experts_with_dropped_slots
+    from sglang_r3.serving.cpu_runtime.platform.expert_parallel import experts_with_dropped_slots
 
     moe_forward_native, MoeRunnerConfig, StandardTopKOutput = _sglang()
     w13, w2 = _experts()
@@ -133,7 +133,7 @@ def test_without_dropped_slots_sglangs_own_function_runs_untouched():
 
 
 def test_deepep_stops_in_sglangs_own_dispatcher_on_this_host():
-    """Why DeepEP is refused at start-up on the CPU runtime (startup_checks._DEEPEP_ON_CPU, refusal checked in
+    """Why DeepEP is refused at start-up on the CPU runtime (refusals.startup._DEEPEP_ON_CPU, refusal checked in
     tests/test_startup_refusals.py): SGLang's import of deep_ep fails on a host without a GPU (0.5.23 ships a
     deep_ep that checks for a CUDA device at import; 0.5.15's image has none), and the DeepEP dispatcher SGLang
     builds with the first MoE layer raises ImportError. A GPU host has a working deep_ep: nothing to check."""
@@ -152,7 +152,7 @@ def test_deepep_stops_in_sglangs_own_dispatcher_on_this_host():
 
 def _compiled_mode_moe_forward():
     """The MoE forward SGLang's torch.compile mode swaps in at a batch of one token, read from SGLang itself."""
-    from sglang_r3.serving.patches.versions import installed
+    from sglang_r3.serving.seam.versions import installed
 
     if installed() == "0.5.15.post1":  # MultiPlatformOp.enter_torch_compile imports it by name for FusedMoE
         import inspect
@@ -168,7 +168,7 @@ def _compiled_mode_moe_forward():
 
 
 def test_sglangs_compiled_mode_moe_forward_adds_the_last_local_expert_for_another_ranks_expert():
-    """Why ``--enable-torch-compile`` with ``--ep-size`` is refused off the CPU runtime (startup_checks,
+    """Why ``--enable-torch-compile`` with ``--ep-size`` is refused off the CPU runtime (refusals.startup,
     refusal checked in tests/test_startup_refusals.py): the compiled mode's MoE forward indexes the weights with
     the ``-1`` ids, so a rank adds its last expert where the CUDA kernel adds zero, and the ranks' outputs no
     longer sum to the one-rank output (the oracle: SGLang's own moe_forward_native holding every expert)."""

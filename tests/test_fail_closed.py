@@ -18,7 +18,7 @@ from sglang_r3.dev.embedded import EMBEDDED_CONFIG
 from sglang_r3.core.layout import ModelLayout
 from sglang_r3.core.record import token_digest
 from tests.conftest import ADMIN_KEY
-from tests.routing_http import TIMEOUT, fetch_layout, flush_cache, greedy, ids, record_of
+from tests.support.routing_http import TIMEOUT, fetch_layout, flush_cache, greedy, ids, record_of
 
 pytestmark = pytest.mark.release  # also run on SGLang 0.5.15.post1 (.ci/release-env)
 
@@ -91,7 +91,7 @@ def test_a_request_that_spans_a_weight_update_is_marked_mixed_and_the_trainer_re
     # slime's partial rollouts: generation paused in place, new weights loaded under a new version, generation
     # resumed. The request routed its first tokens under the old weights and the rest under the new ones:
     # 0.5.23 says so in its weight_versions spans, 0.5.15 only by the updates its TokenizerManager applied
-    # while the request ran (patches/responses.py). Either way the record must not pass as one version.
+    # while the request ran (adapter/outputs.py). Either way the record must not pass as one version.
     import threading
     import time
 

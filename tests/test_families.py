@@ -6,7 +6,7 @@ transformers' router top-k (hooks on its routers) over the same prompt + complet
 tree (which layers have a router and experts).
 
 DeepSeek-V3 (MLA, YaRN, grouped top-k, one NextN layer) runs exactly once the CPU runtime attends
-over the decompressed k/v in its MHA prefill (sglang_r3/serving/patches/cpu/mla.py); it is served twice, MTP
+over the decompressed k/v in its MHA prefill (sglang_r3/serving/cpu_runtime/ops/mla.py); it is served twice, MTP
 speculation off and on. GLM-4.7-Flash (MLA through the same path, one NextN layer) is served once, with MTP
 speculation on: its main rows must be transformers' (which never speculates), so spec on = off.
 ERNIE-4.5-MoE (softmax top-k on scores + moe_statics bias, dense first and last layers) is served once, with MTP
@@ -14,20 +14,20 @@ speculation on (its dense MTP layer in ERNIE's checkpoint layout drafts; some dr
 be transformers', so spec on = off.
 Llama 4 is served as published, ``Llama4ForConditionalGeneration`` (one-layer vision tower, text prompts):
 MoE every 2nd layer, top-1 weighing the expert input, NoPE every 4th layer, q/k norm; the CPU runtime runs its
-attention as CUDA does and its input-weighted top-1 experts (sglang_r3/serving/patches/cpu/llama4.py).
+attention as CUDA does and its input-weighted top-1 experts (sglang_r3/serving/cpu_runtime/families/llama4.py).
 Qwen3-Next (``Qwen3NextForCausalLM``) and Qwen3.5-MoE, text-only (``Qwen3_5MoeForCausalLM``) and as published
 (``Qwen3_5MoeForConditionalGeneration``, one-block vision tower and processor configs, text prompts and a prompt
 with an image, below): gated delta-net
 layers and full attention alternating, every layer MoE with a gated shared expert, one MTP layer in the checkpoint;
 the CPU runtime runs the linear attention through torch versions of the sgl-kernel ops SGLang's CPU path calls
-(sglang_r3/serving/patches/cpu/gdn.py, each checked against transformers' torch code in tests/test_cpu_gdn.py).
+(sglang_r3/serving/cpu_runtime/ops/gdn.py, each checked against transformers' torch code in tests/test_cpu_gdn.py).
 Served with their MTP layer drafting (``--speculative-algorithm EAGLE``, a chain of 3): the verify's convolution keeps
-each draft step's window and the commit puts the last accepted step's states into the slots (cpu/gdn.py; on CUDA
+each draft step's window and the commit puts the last accepted step's states into the slots (cpu_runtime/ops/gdn.py; on CUDA
 Triton kernels), so every row below is spec on = transformers, with drafts accepted (the checkpoint's MTP projection
 passes the embedding on and its layer adds little, so the draft guesses close to the main model).
 MiniMax-M2 (sigmoid scores with a selection bias, q/k RMS norm over the whole attention width, partial RoPE from
 ``rotary_dim``): its q/k norm's two Triton kernels assert CUDA tensors, so the CPU runtime runs them in torch
-(sglang_r3/serving/patches/cpu/minimax_m2.py, checked against transformers' norm in tests/test_cpu_minimax_m2.py).
+(sglang_r3/serving/cpu_runtime/families/minimax_m2.py, checked against transformers' norm in tests/test_cpu_minimax_m2.py).
 GLM-4.5V, Qwen3.5-MoE, Qwen3-VL-MoE, Kimi-K2.5 and Intern-S1 with an image in the prompt (the tokenizer carries the
 releases' vision tokens, the processor runs on CPU): the image's tokens pass through the MoE layers like text, and their rows, ours and upstream's,
 are transformers' router top-k over the pixels the checkpoint's own processor made (Intern-S1's: SGLang's own)
@@ -56,7 +56,7 @@ is saved by ``Glm4MoeForCausalLM``, rewritten to the release's names and config 
 stand-in for its config code: tests/checkpoints/configuration_bailing_moe_v2.py), served with ``--trust-remote-code``,
 and read back as GLM-4.5's by the oracle (``AS_TRANSFORMERS``). Served first, 6 of 106 pairs differed: on the CPU
 runtime its MoE block never applied the routed scaling factor (2.5) it leaves to the CUDA Triton runner; the CPU
-runtime now applies it (sglang_r3/serving/patches/cpu/bailing_moe.py).
+runtime now applies it (sglang_r3/serving/cpu_runtime/families/bailing_moe.py).
 Intern-S1 (``InternS1ForConditionalGeneration``, one-layer InternViT tower, text prompts and with an image): its
 remote code is transformers' InternVL under its own names over Qwen3-MoE's text model (SGLang's interns1.py builds
 qwen3_moe.py's model by ``text_config.architectures``), saved by transformers' ``InternVLForConditionalGeneration``
@@ -66,7 +66,7 @@ own (multimodal/processors/internvl.py: 448-pixel tiles, ImageNet normalisation,
 transformers' model that processor's pixels (``SGLANG_PROCESSED``), one tile (``image_max_dynamic_patch: 1``).
 Moonlight-16B-A3B (``DeepseekV3ForCausalLM`` as published: no q LoRA, no RoPE scaling, one expert group, two shared
 experts): SGLang's CPU path asserts a YaRN scaling for MLA's rotary embedding; the CPU runtime gives it the plain one
-SGLang builds on other devices (sglang_r3/serving/patches/cpu/rope.py). Its query and key projections are scaled 8x
+SGLang builds on other devices (sglang_r3/serving/cpu_runtime/ops/rope.py). Its query and key projections are scaled 8x
 (``qk_scale``): at transformers' init a tiny model's attention is near uniform and its rows hardly depend on
 positions (RoPE's pair layout moved 0 of 120 pairs at 1x, 74 at 8x:
 ``test_the_moonlight_oracle_sees_ropes_pair_layout``); Kimi-K2.5 is built so too.
@@ -82,46 +82,46 @@ text-sampled one routes otherwise on each side (seen: 1-2 pairs at exactly those
 Gemma-4 (``Gemma4ForConditionalGeneration``, one-layer vision tower, text prompts and with an image): a router and
 GELU experts beside every layer's dense MLP, sliding-window (8 tokens) and full-attention layers, q/k/v norms. SGLang's
 CPU norm path dropped the router's learned input scale (drawn here, not left at ones: half the pairs routed
-otherwise); the CPU runtime applies it (sglang_r3/serving/patches/cpu/gemma4.py, checked against transformers' router
+otherwise); the CPU runtime applies it (sglang_r3/serving/cpu_runtime/families/gemma4.py, checked against transformers' router
 in tests/test_cpu_gemma4.py). Sliding and full-attention layers share one KV head shape here: with the published split
 start-up refuses it on the CPU runtime (``gemma4_published_shapes``). Completions do not sample its image placeholder:
 transformers' ``Gemma4Model`` embeds that id as the pad token where no image stands behind it, SGLang as itself.
 With an image, its rows differed from the first image token on. Two causes, measured stage by stage: SGLang's vision
 pooler pooled the padding patches' encoder states into the first soft token (transformers zeroes them:
-sglang_r3/serving/patches/gemma4_vision.py, every device; without it 58 of 1196 (token, layer) pairs differed), and
+sglang_r3/serving/adapter/gemma4_vision.py, every device; without it 58 of 1196 (token, layer) pairs differed), and
 torch_native attended causally where transformers' sliding-window layers let an image's tokens attend to each other
-both ways (the CPU runtime opens them there now: cpu/gemma4.py; causal, 301 differed; both checked against
+both ways (the CPU runtime opens them there now: cpu_runtime/families/gemma4.py; causal, 301 differed; both checked against
 transformers in tests/test_cpu_gemma4.py). With the mask SGLang's Triton path builds instead (every layer), 67
 differed: a GPU's rows for an image prompt are refused (``image_attention``).
 GLM-5 (``GlmMoeDsaForCausalLM``) and DeepSeek-V3.2 (``DeepseekV32ForCausalLM``): MLA with the DSA indexer, one NextN
-layer, served with MTP speculation on. The CPU runtime attends to every key (sglang_r3/serving/patches/cpu/dsa.py),
+layer, served with MTP speculation on. The CPU runtime attends to every key (sglang_r3/serving/cpu_runtime/ops/dsa.py),
 DSA's own result while a sequence fits in ``index_topk`` (2048 here, as published; start-up refuses a longer context
 there): transformers' indexer then keeps every key too. With ``index_topk`` 8 in transformers, 48 of 120 (token,
 layer) pairs of a 60-token prompt moved, from token 8 on: the indexer decides there, and the oracle sees it
 (``test_the_dsa_oracle_sees_the_indexer_once_a_sequence_passes_index_topk``).
 Qwen2-MoE (Qwen1.5-MoE: softmax top-k, no renormalisation, a gated shared expert): the shared expert's gate runs in
-torch on CPU (cpu/gdn.py's hook, both releases).
+torch on CPU (cpu_runtime/ops/gdn.py's hook, both releases).
 Nemotron-3-Nano (``NemotronHForCausalLM``): Mamba-2, attention, MLP and MoE blocks of one hybrid pattern (``ME*EM-E``,
 config.json as nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 spells it: ``hybrid_override_pattern``, ``n_groups`` 8, ...),
 every block a decoder layer, MoE at the E blocks (sigmoid scores with a selection bias, one group, renormalized and
 scaled by ``routed_scaling_factor``, non-gated ReLU^2 experts and a ReLU^2 shared expert). SGLang's CPU path has no
 Mamba-2 kernels (its causal convolutions are unbound on a CPU import of ``mamba.py``, its SSD scan and state update
 Triton), no CPU ``torch.mm`` with ``out_dtype`` for the router and no non-gated ReLU^2 in ``moe_forward_native``: the CPU
-runtime runs them in torch (sglang_r3/serving/patches/cpu/mamba2.py and nemotron_h.py, checked against transformers'
+runtime runs them in torch (sglang_r3/serving/cpu_runtime/ops/mamba2.py and nemotron_h.py, checked against transformers'
 torch code in tests/test_cpu_mamba2.py). Served with ``SGLANG_MAMBA_CONV_DTYPE=float32``: SGLang keeps a Mamba layer's
 convolution window in bfloat16 whatever ``--dtype`` says (on CUDA too), and with it a float32 model's decode was ~1e-4
 off transformers' logprobs (1 to 3 of ~400 sampled (token, layer) pairs moved). Its time-step biases are kept above
 ``time_step_min``: transformers' chunked scan (the oracle's one forward) clamps the step there, SGLang's kernels and
 transformers' own decode do not. The checkpoint carries Nemotron-3-Ultra's MTP head (``num_nextn_predict_layers`` 1,
 ``mtp_hybrid_override_pattern`` ``*E``: an attention and a MoE block, ``mtp.layers.{0,1}.*``), served with MTP
-speculation on: each verify runs the Mamba-2 mixers over the drafts (cpu/mamba2.py keeps each step's state and window,
-cpu/gdn.py's commit writes the accepted step's), and every main row is still transformers' router top-k. Its flipped
+speculation on: each verify runs the Mamba-2 mixers over the drafts (cpu_runtime/ops/mamba2.py keeps each step's state and window,
+cpu_runtime/ops/gdn.py's commit writes the accepted step's), and every main row is still transformers' router top-k. Its flipped
 checkpoint (the same head) is served with speculation off, as a checkpoint with an MTP head is when a user does not
 speculate.
 gpt-oss (softmax over the top-k router logits with a router bias, clamped SwiGLU experts with biases, attention
 sinks, sliding-window layers of 8 tokens alternating with full ones): SGLang asserts an attention backend with sinks
 (torch_native has none) and picks the triton_kernels MoE runner; the CPU runtime adds the sinks to torch_native
-(sglang_r3/serving/patches/cpu/gpt_oss.py, checked against transformers' eager attention in
+(sglang_r3/serving/cpu_runtime/families/gpt_oss.py, checked against transformers' eager attention in
 tests/test_cpu_gpt_oss.py) and keeps the MoE runner auto (moe_forward_native). Without the sinks, 18 of 106 greedy
 (token, layer) pairs differed from transformers'. Served on both releases by hand; CI serves it on 0.5.23.
 
@@ -140,7 +140,7 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   5's fused ``mlp.experts.down_proj`` ([experts, hidden, intermediate]) to ``FusedMoE``'s ``_load_w2``, which expects
   the Hub's layout, transposed ("The size of tensor a (64) must match the size of tensor b (32)"). The checkpoint
   as the Hub ships it (fused experts transposed, as transformers' own conversion mapping reads them back) is
-  served (``qwen3_vl_moe``, text prompts and with an image; its processor registers once cpu/gdn.py provides the
+  served (``qwen3_vl_moe``, text prompts and with an image; its processor registers once cpu_runtime/ops/gdn.py provides the
   ``*_cpu`` ops models/qwen3_5.py reads at import).
   (tests: ``test_families_not_served_on_cpu_stop_where_the_docstring_says`` checks each of these stops.)
 - MiniMax-M2 with a config without ``use_qk_norm: true``: refused by the layout rule. Served that way (SGLang's
@@ -154,8 +154,9 @@ Families that do not run here, and why (SGLang 0.5.23, torch_native attention, C
   (qwen3_next.py / qwen3_5.py build no attention biases; ~70% of pairs differed); ERNIE-4.5 with ``use_bias``
   (transformers then saves an lm_head.bias SGLang has no parameter for; its load stopped); and
   ``tie_word_embeddings: true`` for every architecture whose SGLang model never ties its head
-  (``UNTIED_HEAD_ARCHITECTURES``, checked by tests/sweep.py; OLMoE tied: rows agreed, every greedy logprob did not).
-  These are refused on the checkpoint's config.json before SGLang loads a weight (startup_checks).
+  (``UNTIED_HEAD_ARCHITECTURES``, checked by tests/scripts/sweep.py; OLMoE tied: rows agreed, every greedy logprob
+  did not).
+  These are refused on the checkpoint's config.json before SGLang loads a weight (refusals.startup).
 - MiMo-V2-Flash: refused at start-up by its family entry (sglang_r3/core/families/): SGLang builds its layers from
   per-layer lists transformers' MiMoV2FlashConfig ignores, and its 3 dense MTP layers are served as one draft
   layer or by multi-layer EAGLE, unproven for it -- so there is no checkpoint both sides read alike to serve.
@@ -177,7 +178,7 @@ from tests.family_specs.oracle import (IMAGE_FAMILIES, IMAGE_REQUEST, NEAR_TIE_L
                                        SGLANG_NORM_EPS, SGLANG_PROCESSED, RouterTrace, dense_or_moe, load_transformers,
                                        with_sglang_norm_eps)
 from tests.family_specs.specs import FLIPPED, REFUSED_FLIPS, SPECS, CheckpointSpec
-from tests.routing_http import fetch_layout, generate, record_of
+from tests.support.routing_http import fetch_layout, generate, record_of
 
 pytestmark = pytest.mark.server
 
@@ -210,7 +211,7 @@ def served(request, _group_order):
 def _group_order(request):
     """The groups in the order pytest sets ``served`` up (its items, reordered by module-scoped parameter: one
     block per group), and the groups set up so far."""
-    from tests.ordering import values_in_order
+    from tests.support.ordering import values_in_order
 
     yield values_in_order(request.session.items, "served"), []
     stop_ahead()
@@ -228,8 +229,8 @@ def oracles():
 
 @pytest.fixture(scope="module")
 def draft_oracles():
-    """transformers' router top-k of each family's MTP layer (tests/mtp_oracle.py), loaded once."""
-    from tests.mtp_oracle import DraftOracle
+    """transformers' router top-k of each family's MTP layer (tests/support/mtp_oracle.py), loaded once."""
+    from tests.support.mtp_oracle import DraftOracle
 
     out = {}
 
@@ -540,7 +541,7 @@ def _qwen3_with_a_dense_layer() -> CheckpointSpec:
 
 def _launch(path):
     from tests.family_specs.groups import SERVE_FLAGS
-    from tests.servers import ServerProcess
+    from tests.support.servers import ServerProcess
 
     return ServerProcess(["--model-path", str(path), *SERVE_FLAGS]).start()
 
@@ -561,7 +562,7 @@ def _start_up_refusal(path) -> str:
 
 
 def _read_in_process(name) -> bool:
-    # The launcher runs the layout rule on config.json before a weight loads (startup_checks), as the one refused
+    # The launcher runs the layout rule on config.json before a weight loads (refusals.startup), as the one refused
     # flip launched shows (ERNIE's, whose load would stop first on its own); the other flips are read in-process.
     return name in REFUSED_FLIPS and name != "ernie4_5_moe_use_bias"
 
@@ -601,7 +602,7 @@ def test_the_dsa_oracle_sees_the_indexer_once_a_sequence_passes_index_topk(name)
 
 @pytest.mark.fast  # transformers only
 def test_the_moonlight_oracle_sees_ropes_pair_layout():
-    # Moonlight's served rows prove cpu/rope.py's rotary embedding only if transformers' rows depend on the rotation:
+    # Moonlight's served rows prove cpu_runtime/ops/rope.py's rotary embedding only if transformers' rows depend on the rotation:
     # with RoPE's pairs laid out half-split instead of interleaved (rope_interleave, which SGLang reads as
     # is_neox_style), rows move -- at the checkpoint's qk_scale, not at transformers' init (near-uniform attention).
     from dataclasses import replace
@@ -740,7 +741,7 @@ def test_the_norm_eps_the_oracle_takes_from_sglang_is_sglangs_and_differs_from_t
     import sys
 
     code = (
-        "from tests import sweep\n"
+        "from tests.scripts import sweep\n"
         "sweep.init_runtime()\n"
         "import torch\n"
         "from sglang.srt.models.glm4v import Glm4vPatchMerger\n"
@@ -793,14 +794,14 @@ def test_families_not_served_on_cpu_stop_where_the_docstring_says(name, launched
 
 def _check_mtp_section(tokens, prompt_len, mtp, draft):
     """Draft entries tagged as for GLM: depth 1 (one NextN layer), an accepted entry routed the token
-    that followed its position, rejections monotone within a round (tests/test_speculative.py); and the draft's
+    that followed its position, rejections monotone within a round (tests/support/mtp_section.py); and the draft's
     routing of verified tokens (step 0: the draft extend over the verify's hidden states) is transformers' router
-    top-k of the checkpoint's MTP layer fed as the draft model feeds it (tests/mtp_oracle.py)."""
-    from tests.test_speculative import _check_mtp_marks
+    top-k of the checkpoint's MTP layer fed as the draft model feeds it (tests/support/mtp_oracle.py)."""
+    from tests.support.mtp_section import check_mtp_marks
 
     assert mtp is not None and mtp.num_entries > 0
     assert set(np.unique(mtp.depth)) == {1}
-    _check_mtp_marks(tokens, mtp, 0)
+    check_mtp_marks(tokens, mtp, 0)
     want = draft.topk(tokens)  # [len - 1, topk]: position p, token p + 1
     # (the last position's draft routed a token the verify found past max_new_tokens: not in the output)
     verified = np.flatnonzero((mtp.step == 0) & (mtp.positions < len(tokens) - 1))
@@ -876,7 +877,7 @@ def test_hybrid_mtp_speculation_rows_are_transformers_router_topk_and_mtp_tagged
     # Qwen3-Next, Qwen3.5-MoE and Nemotron-H are served with their MTP layer drafting (tests/family_specs/groups.py
     # SERVERS), so every row of the families' other tests is already spec on = transformers (which never speculates).
     # Here: drafts are accepted (a verify commits the recurrent state and conv window of a step past the first:
-    # cpu/gdn.py's verify convolution and commit, cpu/mamba2.py's Mamba-2 verify), and the draft's routing sits in the
+    # cpu_runtime/ops/gdn.py's verify convolution and commit, cpu_runtime/ops/mamba2.py's Mamba-2 verify), and the draft's routing sits in the
     # MTP section at depth 1 (Nemotron-H's MTP layer: attention then MoE blocks, its router in the second).
     prompts = [list(p.encode()) for p in PROMPTS]
     for name in (n for n in served.families if MTP_FLAGS[0] in SERVERS[n][1]):  # not the flipped: served spec off

@@ -312,11 +312,11 @@ def test_a_killed_engine_fails_its_in_flight_requests_comes_back_and_its_old_han
 
 
 def test_handles_and_fetch_import_on_the_trainer_side_without_sglang():
-    from tests.test_trainer_install import SERVER_ONLY, _ok, _run
+    from tests.support.blocked_imports import SERVER_ONLY, ok, run
 
     # A trainer image has ray (its job runs on it) but no SGLang: fetch and handles must import there.
     blocked = tuple(m for m in SERVER_ONLY if m != "ray") + ("torch", "megatron")
-    out = _ok(_run("""
+    out = ok(run("""
 from sglang_r3.serving.fleet import RecordHandle, fetch
 h = RecordHandle.from_wire({"meta_info": {"routing_ref": {"store": "s", "namespace": "n", "engine": "e",
                            "incarnation": 1, "rid": "r", "start": 0, "num_tokens": 3}}})

@@ -29,7 +29,7 @@ import pytest
 from sglang_r3.dev.embedded import EMBEDDED_CONFIG
 from sglang_r3.core.record import RoutingRecord
 from sglang_r3.serving.fleet.gateway import Gateway
-from tests.routing_http import TIMEOUT
+from tests.support.routing_http import TIMEOUT
 
 pytestmark = pytest.mark.server
 

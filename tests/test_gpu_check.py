@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from tests.test_trainer_install import SERVER_ONLY, _ok, _run
+from tests.support.blocked_imports import SERVER_ONLY, ok, run
 
 pytestmark = pytest.mark.fast
 
@@ -31,7 +31,7 @@ print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & BLOCKED)))
 
 def test_without_cuda_it_says_so_exits_0_and_claims_nothing():
     assert not torch.cuda.is_available()  # this test is about a machine without CUDA
-    out = _ok(_run(RUN.format(argv=[]), ABSENT))
+    out = ok(run(RUN.format(argv=[]), ABSENT))
     lines = out.splitlines()
     assert lines[0] == "gpu_check needs CUDA (torch.cuda.is_available() is False here); nothing was checked"
     assert "EXIT 0" in lines and not [l for l in lines if l.startswith(("PASS", "FAIL", "SKIP"))]
@@ -41,7 +41,7 @@ def test_without_cuda_it_says_so_exits_0_and_claims_nothing():
 def test_its_cpu_selftest_runs_every_check_without_sglang():
     """The checks' own logic (capturers, deferred copy, ReplayFiller with measure=True into real
     megatron-core routers) on CPU tensors; CUDA-only steps report SKIP. No GPU claim is made."""
-    out = _ok(_run(RUN.format(argv=["--cpu-selftest"]), ABSENT))
+    out = ok(run(RUN.format(argv=["--cpu-selftest"]), ABSENT))
     lines = out.splitlines()
     status = {l.split()[1].rstrip(":"): l.split()[0] for l in lines if l.startswith(("PASS", "FAIL", "SKIP"))}
     assert status == {
@@ -53,8 +53,8 @@ def test_its_cpu_selftest_runs_every_check_without_sglang():
 
 
 def test_the_capture_modules_import_without_sglang():
-    out = _ok(_run("""
-import sglang_r3.serving.capture.capturer, sglang_r3.serving.capture.draft, sglang_r3.trainer.filler, sglang_r3.trainer.health
+    out = ok(run("""
+import sglang_r3.serving.capture.capturer, sglang_r3.serving.capture.draft, sglang_r3.trainer.megatron, sglang_r3.trainer.health
 print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & BLOCKED)))
 """, ABSENT))
     assert json.loads(out.splitlines()[-1]) == []

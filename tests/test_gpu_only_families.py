@@ -8,110 +8,28 @@ release serve one of them on the CPU, its test fails: the family then wants a ru
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Dict
 
 import pytest
 
 pytest.importorskip("sglang")
 
-import torch  # noqa: E402
-
 from sglang_r3.core.families import family_of  # noqa: E402
 from sglang_r3.dev.cpu import CPU_SERVER_FLAGS, has_gpu  # noqa: E402
 from sglang_r3.dev.cpu.bootstrap import EAGER_ENV, build_libcuda_stub  # noqa: E402
-from sglang_r3.dev.embedded.tokenizer import write_tokenizer  # noqa: E402
 from sglang_r3.serving.fleet.gateway import free_port, stop_process_group  # noqa: E402
-from tests import children  # noqa: E402
+from tests.support import children  # noqa: E402
+from tests.support.gpu_only_families import LAUNCHES  # noqa: E402
 
 pytestmark = [pytest.mark.sglang,
               pytest.mark.skipif(has_gpu(), reason="where plain SGLang stops on the CPU runtime: a host without a GPU")]
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_TIMEOUT_S = 400  # two SGLang imports (launcher and scheduler) and a load, beside the suite's servers
-
-
-def _save(model, folder: Path) -> Path:
-    model.save_pretrained(str(folder))
-    write_tokenizer(folder)
-    return folder
-
-
-def _deepseek_v4(folder: Path) -> Path:
-    """transformers' DeepseekV4ForCausalLM, tiny: a hash-routed MoE layer, then learned routers; both attention
-    kinds (compressed sparse, heavily compressed); mHC with 2 streams; one MTP layer."""
-    import transformers
-
-    torch.manual_seed(0)
-    config = transformers.DeepseekV4Config(
-        vocab_size=512, hidden_size=64, moe_intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=1, head_dim=64, q_lora_rank=32, num_experts_per_tok=2, n_routed_experts=8,
-        n_shared_experts=1, o_groups=2, o_lora_rank=32, index_n_heads=2, index_head_dim=32, index_topk=16,
-        sliding_window=16, hc_mult=2, num_nextn_predict_layers=1, max_position_embeddings=4096,
-        mlp_layer_types=["hash_moe", "moe", "moe", "moe"])
-    return _save(transformers.DeepseekV4ForCausalLM(config), folder)
-
-
-def _deepseek_v4_sglang_keys(folder: Path) -> Path:
-    """The same checkpoint with the keys SGLang's DeepSeekV4Config reads (configs/deepseek_v4.py) that
-    transformers' save renames or leaves out: per-layer compression ratios (the MTP layer's last), the hash-layer
-    count, the router's top-k method and groups, YaRN scaling with its original context."""
-    _deepseek_v4(folder)
-    path = folder / "config.json"
-    config = json.loads(path.read_text())
-    ratios = {"sliding_attention": 0, "compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
-    config.update(
-        compress_ratios=[ratios[t] for t in config["layer_types"]] + [0],
-        n_hash_layers=config["mlp_layer_types"].count("hash_moe"), topk_method="noaux_tc", n_group=1, topk_group=1,
-        rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024, "beta_fast": 32,
-                      "beta_slow": 1})
-    path.write_text(json.dumps(config, indent=2))
-    return folder
-
-
-def _inkling(folder: Path) -> Path:
-    """transformers' InklingForConditionalGeneration, tiny: three sliding / relative-bias layers, each MoE."""
-    import transformers
-
-    torch.manual_seed(0)
-    text = dict(vocab_size=512, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                head_dim=16, swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=16,
-                sliding_window_size=16, d_rel=4, rel_extent=32, intermediate_size=64, moe_intermediate_size=32,
-                n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1, max_position_embeddings=4096)
-    config = transformers.InklingConfig(
-        text_config=text, vision_config=dict(text_hidden_size=64, hidden_size=32, num_hidden_layers=1,
-                                             num_attention_heads=2),
-        audio_config=dict(text_hidden_size=64), image_token_id=500, audio_token_id=501, image_bos_token_id=502,
-        audio_bos_token_id=503)
-    return _save(transformers.InklingForConditionalGeneration(config), folder)
-
-
-@dataclass(frozen=True)
-class Launch:
-    architecture: str
-    build: Callable[[Path], Path]
-    # Where SGLang stops, as its log shows it: each must be in the log, the first is what the refusal names.
-    stops: List[str]
-
-
-LAUNCHES: Dict[str, Launch] = {
-    # SGLang's model config reads compress_ratios (model_config.py _derive_model_shapes), which transformers'
-    # config class does not write: the checkpoint is not read at all.
-    "deepseek_v4_as_transformers_saves_it": Launch(
-        "DeepseekV4ForCausalLM", _deepseek_v4, ["compress_ratios", "_derive_model_shapes"]),
-    # Read, built, and stopped at load: the mHC kernels compile for the CUDA device.
-    "deepseek_v4": Launch("DeepseekV4ForCausalLM", _deepseek_v4_sglang_keys,
-                          ["prewarm_mhc_pre", "_prewarm_mhc_kernels", "torch/cuda/__init__.py"]),
-    # Stopped as SGLang resolves its arguments: inkling.py asks for the Mamba cache's extra buffer.
-    "inkling": Launch("InklingForConditionalGeneration", _inkling,
-                      ["validate_mamba_extra_buffer",
-                       "extra_buffer requires platform support for Mamba cache state snapshots"]),
-}
 
 
 def _plain_sglang_env() -> Dict[str, str]:
@@ -135,7 +53,7 @@ def stopped(tmp_path_factory):
         cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(folder), "--port", str(free_port()),
                *(arg for flag in CPU_SERVER_FLAGS for arg in flag), "--dtype", "float32", "--max-total-tokens",
                "4096", "--mem-fraction-static", "0.99"]
-        # A session of its own, reaped with the run (tests/children.py).
+        # A session of its own, reaped with the run (tests/support/children.py).
         started[name] = (children.spawn(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env), log)
     results = {}
     try:

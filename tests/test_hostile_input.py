@@ -29,7 +29,7 @@ import pytest
 
 from sglang_r3_server.body import MAX_JSON_DEPTH, too_deep
 from sglang_r3.dev.embedded import EMBEDDED_CONFIG
-from tests.routing_http import TIMEOUT, greedy, record_of
+from tests.support.routing_http import TIMEOUT, greedy, record_of
 
 pytestmark = [pytest.mark.fast, pytest.mark.release]
 
@@ -693,9 +693,9 @@ def _embedded_tokenizer():
     return AutoTokenizer.from_pretrained(str(ensure_embedded_model()))
 
 
-@pytest.mark.sglang  # sglang_r3.serving.patches imports SGLang
+@pytest.mark.sglang  # sglang_r3.serving.adapter imports SGLang
 def test_tokenizer_max_id_is_measured_again_when_tokens_are_added_and_unknown_for_other_tokenizers():
-    from sglang_r3.serving.patches.input_guard import tokenizer_max_id
+    from sglang_r3.serving.refusals.input_guard import tokenizer_max_id
 
     tok = _embedded_tokenizer()
     assert tokenizer_max_id(tok) == max(tok.get_vocab().values()) == len(tok) - 1
@@ -716,7 +716,7 @@ def test_tokenizer_max_id_is_measured_again_when_tokens_are_added_and_unknown_fo
 def wide_tokenizer_url(tmp_path_factory):
     """The embedded model served (no speculation) with its tokenizer plus added tokens whose ids run 10
     past the model's vocabulary."""
-    from tests.servers import ServerProcess
+    from tests.support.servers import ServerProcess
 
     tok = _embedded_tokenizer()
     tok.add_tokens([f"<r3-beyond-{i}>" for i in range(VOCAB - len(tok) + 10)])

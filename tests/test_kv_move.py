@@ -15,9 +15,9 @@ pytestmark = pytest.mark.sglang  # a child process drives SGLang's KV pool; no s
 
 
 def test_rows_follow_sglang_accepted_token_kv_move():
-    script = Path(__file__).with_name("kv_move_check.py")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
-                         cwd=script.parent.parent)
+    root = Path(__file__).resolve().parents[1]
+    script = root / "tests" / "scripts" / "kv_move_check.py"
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=root)
     assert out.returncode == 0, out.stderr[-3000:]
     verdict = json.loads(out.stdout.strip().splitlines()[-1])
     assert verdict["moves"], "the scenario must move some tokens"

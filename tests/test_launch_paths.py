@@ -4,8 +4,8 @@ Three paths no sglang_r3 launcher runs on, each a real SGLang serving the embedd
 
 * ``python -m sglang.launch_server ...`` (SGLang's CLI);
 * ``sglang.srt.entrypoints.http_server.launch_server(ServerArgs(...))`` in a ``multiprocessing.Process``,
-  exactly as slime starts its rollout engines (``tests/slime_launch.py``, a stand-in for slime's actor);
-* ``sglang.Engine(**kwargs)`` in process (``tests/sglang_engine_check.py``).
+  exactly as slime starts its rollout engines (``tests/scripts/slime_launch.py``, a stand-in for slime's actor);
+* ``sglang.Engine(**kwargs)`` in process (``tests/scripts/sglang_engine_check.py``).
 
 The oracle of main rows is plain SGLang's own capturer (the suite's ``plain_server``: no sglang-r3,
 ``--enable-return-routed-experts``, spec off) on the same greedy request: its ``routed_experts`` against each path's
@@ -33,13 +33,13 @@ import pytest
 from sglang_r3.core import settings
 from sglang_r3.dev.cpu import has_gpu
 from sglang_r3.dev.embedded import default_speculative_flags, ensure_embedded_model
-from tests.routing_http import TIMEOUT, greedy, ids
-from tests.servers import ServerProcess, assert_main_rows_equal_plain_sglang
+from tests.support.launch_paths import OPT_IN, SLIME_LAUNCH, SLIME_OVERRIDES, SPEC_OVERRIDES, SlimeLaunchServer
+from tests.support.routing_http import TIMEOUT, greedy, ids
+from tests.support.servers import ServerProcess, assert_main_rows_equal_plain_sglang
 
 pytestmark = [pytest.mark.sglang, pytest.mark.release]
 
 ROOT = Path(__file__).resolve().parent.parent
-OPT_IN = {settings.ENABLED: "1"}
 CPU = not has_gpu()
 PROMPT = ids("rollout on SGLang's own launcher")
 # What our launcher serves the embedded model with (launch_server.resolve_argv), spelled for SGLang's
@@ -49,14 +49,6 @@ PROMPT = ids("rollout on SGLang's own launcher")
 CLI_FLAGS = ["--dtype", "float32", "--max-total-tokens", "65536"] + (
     ["--device", "cpu", "--disable-overlap-schedule", "--disable-cuda-graph", "--sleep-on-idle"] if CPU else []
 )
-SLIME_OVERRIDES = {"dtype": "float32", "max_total_tokens": 65536, **(
-    {"device": "cpu", "attention_backend": "torch_native", "disable_overlap_schedule": True, "disable_cuda_graph": True,
-     "sleep_on_idle": True}
-    if CPU else {}
-)}
-# MTP speculation as our default launch serves it (slime's seed runs GLM-4.7 with its MTP layer).
-SPEC_OVERRIDES = {"speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
-                  "speculative_num_draft_tokens": 4}
 REFUSAL_TIMEOUT_S = 300  # importing SGLang twice (parent and child) on a loaded 2-core machine
 
 
@@ -66,15 +58,6 @@ class SGLangCliServer(ServerProcess):
     def start(self) -> "SGLangCliServer":
         cmd = [sys.executable, "-m", "sglang.launch_server", "--port", str(self.port), *self.args]
         self.spawn(cmd, f"sglang-cli-{self.port}-", self.env)
-        return self
-
-
-class SlimeLaunchServer(ServerProcess):
-    """``tests/slime_launch.py PORT OVERRIDES``: slime's ``launch_server_process``; ``args`` = [overrides JSON]."""
-
-    def start(self) -> "SlimeLaunchServer":
-        cmd = [sys.executable, str(ROOT / "tests" / "slime_launch.py"), str(self.port), *self.args]
-        self.spawn(cmd, f"sglang-slime-{self.port}-", self.env)
         return self
 
 
@@ -161,7 +144,7 @@ def test_opt_in_server_refuses_an_id_outside_the_vocabulary_with_a_400_and_keeps
 
 @pytest.fixture(scope="module")
 def engine_run():
-    script = ROOT / "tests" / "sglang_engine_check.py"
+    script = ROOT / "tests" / "scripts" / "sglang_engine_check.py"
     run = subprocess.run([sys.executable, str(script), json.dumps(PROMPT)], capture_output=True, text=True,
                          timeout=900, cwd=ROOT, env={**os.environ, **OPT_IN})
     assert run.returncode == 0, run.stderr[-4000:]
@@ -204,7 +187,7 @@ def test_sglang_engine_refuses_two_batch_overlap_naming_the_flag_before_any_proc
 
 
 def _slime(overrides) -> List[str]:
-    return [sys.executable, str(ROOT / "tests" / "slime_launch.py"), "0", json.dumps({**SLIME_OVERRIDES, **overrides})]
+    return [sys.executable, str(SLIME_LAUNCH), "0", json.dumps({**SLIME_OVERRIDES, **overrides})]
 
 
 def _cli_without(omit: List[str]) -> List[str]:
@@ -331,8 +314,8 @@ def our_launchers_resolved_args():
 
     if CPU:
         activate_cpu_runtime()
-    from sglang_r3.serving.patches.api import prepare_server_args
-    from sglang_r3.serving.patches.release import resolved
+    from sglang_r3.serving.adapter.api import prepare_server_args
+    from sglang_r3.serving.seam.release import resolved
 
     server_args, resolve = prepare_server_args(resolve_argv([], cpu=CPU))
     resolve()
@@ -342,7 +325,7 @@ def our_launchers_resolved_args():
 
 
 def test_opt_in_requires_exactly_what_our_launcher_adds(our_launchers_resolved_args, monkeypatch):
-    from sglang_r3.serving.patches.opt_in import missing_settings
+    from sglang_r3.serving.adapter.opt_in import missing_settings
 
     monkeypatch.delenv(settings.DEFAULT_ROUTING, raising=False)
     assert missing_settings(our_launchers_resolved_args) == []
@@ -359,7 +342,7 @@ def test_opt_in_requires_exactly_what_our_launcher_adds(our_launchers_resolved_a
 def test_hook_target_whose_module_fails_to_import_is_named_with_its_own_error(tmp_path, monkeypatch):
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from sglang_r3.serving.patches import hooks
+    from sglang_r3.serving.seam import hooks
 
     pkg = tmp_path / "r3_probe_pkg"
     pkg.mkdir()
@@ -407,12 +390,12 @@ _PLUGIN_STATE = textwrap.dedent("""
     load_plugins()
     from sglang.srt.server_args import ServerArgs
     from sglang.srt.managers.tokenizer_manager import TokenizerManager
-    import importlib.metadata  # not our package: importing it would load sglang_r3.serving.patches
+    import importlib.metadata  # not our package: importing it would load sglang_r3.serving.adapter
     resolution, response = (("__post_init__", "_wait_one_response")
                             if importlib.metadata.version("sglang") == "0.5.15.post1"
                             else ("resolve_once", "_stream_one_response"))
     print(json.dumps({
-        "ours_loaded": "sglang_r3.serving.patches" in sys.modules,
+        "ours_loaded": "sglang_r3.serving.adapter" in sys.modules,
         "hooks": sorted([t, src.plugin_name if src else None] for t, hs in HookRegistry._hooks.items() for _, _, src in hs),
         "wrapped": [f for f, o in (("ServerArgs.resolution", getattr(ServerArgs, resolution)),
                                    ("ServerArgs.check_server_args", ServerArgs.check_server_args),
@@ -444,7 +427,7 @@ def test_without_the_opt_in_sglang_loads_our_plugin_and_it_installs_nothing():
     # The same loader with the opt-in: the methods above are ours to wrap, and only then.
     on = _plugin_state({**OPT_IN, "SGLANG_PLUGINS": None})
     ours = {t for t, src in on["hooks"] if src == "sglang_r3"}
-    from sglang_r3.serving.patches.versions import installed
+    from sglang_r3.serving.seam.versions import installed
 
     response = "_wait_one_response" if installed() == "0.5.15.post1" else "_stream_one_response"
     assert {"sglang.srt.server_args.ServerArgs.check_server_args",

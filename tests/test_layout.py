@@ -599,13 +599,13 @@ def test_malformed_wire_layout():
 
 
 def _step3p5(**changes):
-    from tests.step3p5 import config
+    from tests.support.step3p5 import config
 
     return {**config(), **changes}
 
 
 def test_step3p5_layout_reads_moe_layers_enum_and_has_one_moe_layer_per_mtp_depth():
-    from tests.step3p5 import DENSE_LAYERS, NUM_EXPERTS, NUM_LAYERS, NUM_MTP, TOPK
+    from tests.support.step3p5 import DENSE_LAYERS, NUM_EXPERTS, NUM_LAYERS, NUM_MTP, TOPK
 
     layout = layout_from_hf_config(_step3p5())
     assert layout.num_hidden_layers == NUM_LAYERS

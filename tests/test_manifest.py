@@ -1,4 +1,4 @@
-"""The adapter's manifest (sglang_r3/serving/patches/manifest.py) against the installed SGLang.
+"""The adapter's manifest (sglang_r3/serving/seam/manifest.py) against the installed SGLang.
 
 Every hook, instance patch, route change and private name we touch is listed with the shape it was
 written against; a target that is gone or changed stops start-up naming it. The checks run in fresh
@@ -37,8 +37,8 @@ def test_every_target_of_the_manifest_is_as_written_against_in_the_installed_sgl
 
 def test_the_plugin_starts_and_every_hook_it_registers_is_in_the_manifest():
     r = _run("""
-        import sglang_r3.serving.patches as p
-        from sglang_r3.serving.patches import hooks, manifest
+        import sglang_r3.serving.adapter as p
+        from sglang_r3.serving.seam import hooks, manifest
         p.plugin()  # what SGLang's plugin loader calls in every process it starts
         got = hooks.registered()
         assert got and all(t in manifest.by_target() for t in got), got
@@ -50,12 +50,12 @@ def test_the_plugin_starts_and_every_hook_it_registers_is_in_the_manifest():
 @pytest.mark.parametrize("change,expect", [
     ("renamed", "has no attribute 'normalize_batch_and_arguments'"),
     ("signature", "signature changed: written against (self, strict)"),
-    ("unlisted", "in sglang_r3/serving/patches/manifest.py"),
+    ("unlisted", "in sglang_r3/serving/seam/manifest.py"),
 ])
 def test_a_hook_target_that_is_renamed_changed_or_unlisted_stops_start_up_naming_it(change, expect):
     r = _run(f"""
         import dataclasses
-        from sglang_r3.serving.patches import manifest
+        from sglang_r3.serving.seam import manifest
         target = {TARGET!r}
         entry = manifest.by_target().pop(target)
         if {change!r} == "renamed":  # SGLang renamed the method our hook is written for
@@ -65,7 +65,7 @@ def test_a_hook_target_that_is_renamed_changed_or_unlisted_stops_start_up_naming
             manifest.by_target()[target] = entry
         elif {change!r} == "signature":  # the manifest records another shape than the installed one
             manifest.by_target()[target] = dataclasses.replace(entry, signature="(self, strict)")
-        import sglang_r3.serving.patches as p
+        import sglang_r3.serving.adapter as p
         p.plugin()
         print("STARTED")
     """)
@@ -73,7 +73,7 @@ def test_a_hook_target_that_is_renamed_changed_or_unlisted_stops_start_up_naming
     assert "sglang-r3 refuses to start" in r.stderr and TARGET in r.stderr and expect in r.stderr, r.stderr
 
 
-USES = "sglang.srt.managers.io_struct.SetInternalStateReq"  # POST /routing/capture builds it (patches/api.py)
+USES = "sglang.srt.managers.io_struct.SetInternalStateReq"  # POST /routing/capture builds it (adapter/api.py)
 
 
 @pytest.mark.parametrize("launch", ["our launcher", "SGLang's own launcher"])
@@ -91,8 +91,8 @@ def test_a_used_sglang_name_that_is_gone_stops_start_up_naming_it(launch):
             from sglang_r3.serving.launch import prepare
             prepare(["--model-path", "unused"], process="server")
         else:
-            from sglang_r3.serving.patches.hooks import HookTargetError
-            from sglang_r3.serving.patches.opt_in import refuse_unsupported_before_sglangs_checks
+            from sglang_r3.serving.seam.hooks import HookTargetError
+            from sglang_r3.serving.adapter.opt_in import refuse_unsupported_before_sglangs_checks
             try:
                 refuse_unsupported_before_sglangs_checks(None)
             except HookTargetError as err:
@@ -106,9 +106,15 @@ def test_a_used_sglang_name_that_is_gone_stops_start_up_naming_it(launch):
     assert "sglang-r3 refuses to start" in r.stderr and named, r.stderr[-3000:]
 
 
-# -- the manifest is complete: every SGLang name patches/ imports, names, hooks or reads is listed ------------
+# -- the manifest is complete: every SGLang name the SGLang side imports, names, hooks or reads is listed -----
 
-PATCHES = Path(__file__).resolve().parents[1] / "sglang_r3" / "serving" / "patches"
+SERVING = Path(__file__).resolve().parents[1] / "sglang_r3" / "serving"
+# The SGLang side of the serving wing: the only folders that import or name SGLang (pyproject's import contracts).
+SGLANG_SIDE = [SERVING / d for d in ("adapter", "seam", "refusals", "cpu_runtime")]
+
+
+def _sglang_side_files():
+    return sorted(p for d in SGLANG_SIDE for p in d.rglob("*.py"))
 ROOT_PKG = Path(__file__).resolve().parents[1] / "sglang_r3"
 
 
@@ -140,12 +146,12 @@ def _string_of(node, consts: dict):
 
 
 def sglang_names_in_patches():
-    """(file, dotted name) for every SGLang module or name imported and every dotted SGLang string in patches/."""
+    """(file, dotted name) for every SGLang module or name imported and every dotted SGLang string in the SGLang side (adapter/, seam/, refusals/, cpu_runtime/)."""
     found = []
-    for path in sorted(PATCHES.rglob("*.py")):
+    for path in _sglang_side_files():
         tree = ast.parse(path.read_text())
         consts = _module_strings(tree)
-        rel = str(path.relative_to(PATCHES))
+        rel = str(path.relative_to(SERVING))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in _SGLANG:
                 found += [(rel, f"{node.module}.{a.name}") for a in node.names]
@@ -159,6 +165,35 @@ def sglang_names_in_patches():
 
 
 _SGLANG = ("sglang", "sgl_kernel")
+
+
+def version_tests_outside_release():
+    """(file, line, what) for each version test in sglang_r3 outside release.py, versions.py and manifest.py: a use of
+    ``is_0_5_15``, ``release.current()`` compared or used as a key, a served release's version string."""
+    from sglang_r3.serving.seam.versions import SERVED
+
+    def release_current(node) -> bool:
+        f = node.func if isinstance(node, ast.Call) else None
+        return (isinstance(f, ast.Name) and f.id == "current") or (
+            isinstance(f, ast.Attribute) and f.attr == "current" and isinstance(f.value, ast.Name)
+            and f.value.id == "release")
+
+    found = []
+    for path in sorted(ROOT_PKG.rglob("*.py")):
+        if path.name in ("release.py", "versions.py", "manifest.py"):
+            continue
+        rel = str(path.relative_to(ROOT_PKG))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Name) and node.id == "is_0_5_15") or (
+                    isinstance(node, ast.Attribute) and node.attr == "is_0_5_15"):
+                found.append((rel, node.lineno, "is_0_5_15"))
+            elif isinstance(node, ast.ImportFrom) and any(a.name == "is_0_5_15" for a in node.names):
+                found.append((rel, node.lineno, "import of is_0_5_15"))
+            elif isinstance(node, (ast.Compare, ast.Subscript)) and any(release_current(n) for n in ast.walk(node)):
+                found.append((rel, node.lineno, "release.current() compared or used as a key"))
+            elif isinstance(node, ast.Constant) and node.value in SERVED:
+                found.append((rel, node.lineno, f"the version string {node.value!r}"))
+    return found
 
 
 def _ours() -> set:
@@ -179,7 +214,7 @@ def _ours() -> set:
 
 
 def _other_libraries() -> set:
-    """Attribute names of the non-SGLang objects patches/ handles: torch, numpy, the standard library, FastAPI
+    """Attribute names of the non-SGLang objects the SGLang side handles: torch, numpy, the standard library, FastAPI
     routes, packaging versions, msgspec."""
     import argparse, builtins, collections, contextvars, ctypes, dataclasses, enum, functools, importlib
     import hashlib, importlib.metadata, importlib.util, inspect, itertools, logging, math, numbers, os, re as re_
@@ -211,28 +246,33 @@ def _other_libraries() -> set:
 
 
 def attributes_read_in_patches():
-    """attribute name -> files of patches/ that read it from something sglang-r3 did not define."""
+    """attribute name -> files of the SGLang side that read it from something sglang-r3 did not define."""
     ours, other = _ours(), _other_libraries()
     out = {}
-    for path in sorted(PATCHES.rglob("*.py")):
+    for path in _sglang_side_files():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
                 if node.attr not in ours and node.attr not in other:
-                    out.setdefault(node.attr, set()).add(str(path.relative_to(PATCHES)))
+                    out.setdefault(node.attr, set()).add(str(path.relative_to(SERVING)))
     return out
 
 
 @pytest.mark.fast
 def test_every_sglang_name_patches_imports_or_names_is_in_the_manifest():
-    from sglang_r3.serving.patches.manifest import MANIFEST
+    from sglang_r3.serving.seam.manifest import MANIFEST
 
     targets = {e.target for e in MANIFEST}
     found = sglang_names_in_patches()
     assert len(found) > 60
     # A name is listed, or a module / class of a listed target (``_MR = "...ModelRunner"`` prefixes hook targets).
     unlisted = sorted({(f, n) for f, n in found if n not in targets and not any(t.startswith(n + ".") for t in targets)})
-    assert not unlisted, "SGLang names patches/ uses that sglang_r3/serving/patches/manifest.py does not list:\n" + \
+    assert not unlisted, "SGLang names the SGLang side uses that sglang_r3/serving/seam/manifest.py does not list:\n" + \
         "\n".join(f"  {f}: {n}" for f, n in unlisted)
+    # Nor does patches/ (or the rest of sglang_r3) test the release itself: what differs is a capability of
+    # release.py, which with versions.py and the manifest (per-release signatures and releases) alone names versions.
+    versioned = version_tests_outside_release()
+    assert not versioned, "release tests outside release.py, versions.py and manifest.py (ask a capability of " \
+        "release.py instead):\n" + "\n".join(f"  {f}:{line}: {what}" for f, line, what in versioned)
 
 
 @pytest.mark.fast
@@ -240,10 +280,10 @@ def test_every_attribute_patches_reads_of_an_sglang_object_is_in_the_manifest():
     # Read by name (no types in the AST): an attribute sglang-r3 does not define and no library object it
     # handles has is SGLang's, and must be a "reads" attribute or the name of a listed target, so that
     # start-up checks it on the installed release instead of a hook failing on first use.
-    from sglang_r3.serving.patches.manifest import MANIFEST
+    from sglang_r3.serving.seam.manifest import MANIFEST
 
     listed = {a for e in MANIFEST for a in e.attrs} | {e.target.rpartition(".")[2] for e in MANIFEST}
     reads = attributes_read_in_patches()
     unlisted = {a: sorted(files) for a, files in reads.items() if a not in listed}
-    assert not unlisted, "attributes patches/ reads of SGLang objects that no manifest entry lists:\n" + \
+    assert not unlisted, "attributes the SGLang side reads of SGLang objects that no manifest entry lists:\n" + \
         "\n".join(f"  .{a}: {files}" for a, files in sorted(unlisted.items()))

@@ -2,7 +2,7 @@
 
 SGLang 0.5.23 turns multi-layer EAGLE on by itself for ``Step3p5ForCausalLM``: one draft ModelRunner per
 MTP layer, each round a verify and then one draft-extend forward per depth. The model is the tiny
-Step-3.5 of tests/step3p5.py (a seeded main checkpoint whose routers choose differently per token and
+Step-3.5 of tests/support/step3p5.py (a seeded main checkpoint whose routers choose differently per token and
 layer, MTP layers from SGLang's deterministic dummy init); there is no transformers class for Step-3.5,
 so the oracle is SGLang itself: the same checkpoint served with speculation off (one server each,
 started together, module-scoped).
@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from sglang_r3.core.layout import ROLE_DENSE, ROLE_MOE, layout_from_model_path
-from tests.routing_http import TIMEOUT, fetch_layout, greedy, record_of
-from tests.step3p5 import DENSE_LAYERS, NUM_EXPERTS, NUM_LAYERS, NUM_MTP, TOPK, build, server_flags
+from tests.support.routing_http import TIMEOUT, fetch_layout, greedy, record_of
+from tests.support.step3p5 import DENSE_LAYERS, NUM_EXPERTS, NUM_LAYERS, NUM_MTP, TOPK, build, server_flags
 
 pytestmark = pytest.mark.server  # this module's own fixture starts two servers
 
@@ -53,7 +53,7 @@ def servers(model_dir):
     if all(urls.values()):
         yield urls["spec"], urls["nospec"]
         return
-    from tests.servers import ServerProcess
+    from tests.support.servers import ServerProcess
 
     procs = {k: ServerProcess(server_flags(model_dir, spec=(k == "spec"))).start() for k in ("spec", "nospec")}
     try:

@@ -16,7 +16,7 @@ from sglang_r3.core.layout import ModelLayout, layout_from_hf_config
 from sglang_r3.core.record import RecordError
 from sglang_r3.trainer import check_records
 from sglang_r3.trainer.join import RecordPart, join_records
-from tests.routing_http import flush_cache, full_ids, greedy, record_of
+from tests.support.routing_http import flush_cache, full_ids, greedy, record_of
 
 pytestmark = [pytest.mark.server, pytest.mark.release]
 

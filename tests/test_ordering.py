@@ -1,5 +1,5 @@
-"""The run order (tests/ordering.py): a module-scoped server group is set up once, even where a test parametrizes it
-indirectly with its own list.
+"""The run order (tests/support/ordering.py): a module-scoped server group is set up once, even where a test
+parametrizes it indirectly with its own list.
 
 The oracle is pytest's own fixture machinery, run in a fresh process over a module shaped like
 tests/test_families.py (a module-scoped ``served`` fixture over every group, a test that parametrizes it
@@ -53,7 +53,8 @@ def _setups(tmp_path: Path, plugin: bool):
     d.mkdir()
     (d / "test_groups.py").write_text(textwrap.dedent(MODULE))
     if plugin:
-        (d / "conftest.py").write_text("from tests.ordering import pytest_collection_modifyitems  # noqa: F401\n")
+        (d / "conftest.py").write_text(
+            "from tests.support.ordering import pytest_collection_modifyitems  # noqa: F401\n")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_groups.py"],
                           cwd=d, capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
@@ -63,7 +64,7 @@ def _setups(tmp_path: Path, plugin: bool):
 
 
 def test_each_group_is_set_up_once_in_one_block(tmp_path):
-    # What the project guarantees: with tests/ordering.py, every group is set up exactly once, whatever pytest
+    # What the project guarantees: with tests/support/ordering.py, every group is set up exactly once, whatever pytest
     # alone does. pytest up to 9.1 grouped by the parameter's index in each list (the indirect test's "c" ran
     # beside group "a", so "c" and "d" were set up twice); 9.2 groups by value by itself. Which one this pytest
     # does is reported, not asserted: the guarantee must hold on both.
@@ -76,7 +77,7 @@ def test_each_group_is_set_up_once_in_one_block(tmp_path):
 def test_the_plugin_regroups_a_split_group():
     # The plugin's own contract, on items pytest 9.0/9.1 would hand it: a group split in two places becomes one
     # block in the slots those tests held, and a test without the parameter keeps its place.
-    from tests.ordering import one_block_per_value
+    from tests.support.ordering import one_block_per_value
 
     class Item:
         def __init__(self, name, served=None):

@@ -1,9 +1,9 @@
-"""PD disaggregation served exactly: a prefill engine started as slime starts one (``tests/slime_launch.py``: SGLang's
-own ``launch_server`` with slime's PD keys, ``SGLANG_R3_ENABLED=1``, chunked prefill) and a decode engine (our
+"""PD disaggregation served exactly: a prefill engine started as slime starts one (``tests/scripts/slime_launch.py``:
+SGLang's own ``launch_server`` with slime's PD keys, ``SGLANG_R3_ENABLED=1``, chunked prefill) and a decode engine (our
 launcher), EAGLE MTP on both, KV over Mooncake's TCP transport, behind SGLang's gateway in PD mode started as slime
 starts it (no workers; each engine registers itself through ``/workers``), against a unified server of plain SGLang.
 
-The prompt's rows travel with its KV (sglang_r3/serving/patches/pd_rows.py), so the decode engine's record holds
+The prompt's rows travel with its KV (sglang_r3/serving/adapter/pd_rows.py), so the decode engine's record holds
 the rows the prefill engine's target forward wrote. The reference is plain SGLang's own capturer on a unified server
 (``plain_server``: no sglang-r3, spec off) on the same greedy prompts: output tokens equal, our record's main rows
 equal its rows at the MoE layers, and upstream's ``routed_experts`` on the decode engine equal its field byte for
@@ -38,9 +38,9 @@ import pytest
 
 from sglang_r3.core.record import RoutingRecord
 from sglang_r3.serving.fleet.gateway import free_port
-from tests.routing_http import TIMEOUT
-from tests.servers import ChildProcess, ServerProcess, assert_main_rows_equal_plain_sglang, plain_rows
-from tests.test_launch_paths import OPT_IN, SLIME_OVERRIDES, SPEC_OVERRIDES, SlimeLaunchServer
+from tests.support.launch_paths import OPT_IN, SLIME_OVERRIDES, SPEC_OVERRIDES, SlimeLaunchServer
+from tests.support.routing_http import TIMEOUT
+from tests.support.servers import ChildProcess, ServerProcess, assert_main_rows_equal_plain_sglang, plain_rows
 
 pytestmark = [pytest.mark.server, pytest.mark.release]
 
@@ -135,9 +135,9 @@ def pd():
     # No default routing: as slime runs its engines (SGLANG_R3_ENABLED=1, --enable-return-routed-experts).
     common = ["--host", "127.0.0.1", "--disaggregation-transfer-backend", "mooncake"]
     assert common[2:4] == ["--disaggregation-transfer-backend", "mooncake"]
-    # The prefill engine as slime starts a prefill worker (tests/slime_launch.py, a stand-in for slime's engine actor:
-    # SGLang's own launch_server in a child process, SGLANG_R3_ENABLED=1, its PD keys), chunked: a prompt longer than
-    # CHUNK tokens is prefilled in chunks, and its rows travel with the last one.
+    # The prefill engine as slime starts a prefill worker (tests/scripts/slime_launch.py, a stand-in for slime's engine
+    # actor: SGLang's own launch_server in a child process, SGLANG_R3_ENABLED=1, its PD keys), chunked: a prompt longer
+    # than CHUNK tokens is prefilled in chunks, and its rows travel with the last one.
     pre = SlimeLaunchServer([json.dumps({**SLIME_OVERRIDES, **SPEC_OVERRIDES, "disaggregation_transfer_backend": "mooncake",
                                          "chunked_prefill_size": CHUNK}), "prefill", str(bootstrap)],
                             env={**MOONCAKE_ENV, **OPT_IN})

@@ -25,7 +25,7 @@ from sglang_r3_server.schemas import RoutingOptions
 from sglang_r3_server.wire import respond
 from sglang_r3.serving.capture.payload import PayloadBytes, encode_payload
 from sglang_r3.core.layout import LayerInfo, ModelLayout
-from sglang_r3.serving.patches.responses import take_payload
+from sglang_r3.serving.adapter.outputs import take_payload
 from sglang_r3.core.record import RoutingRecord, token_digest
 from sglang_r3.serving.response import PARKED, ask, unpark
 
@@ -136,7 +136,7 @@ def test_the_payload_crosses_to_sglangs_detokenizer_as_bytes_it_encodes_unchange
 def test_a_request_that_did_not_say_gets_sglangs_contract_from_the_hook_itself(monkeypatch):
     # The OpenAI endpoints' HTTP request (no state of ours) and sglang.Engine's (none): upstream's int32
     # routed_experts and the record's JSON wire form, built where the output leaves the TokenizerManager.
-    import sglang_r3.serving.patches.responses as hook
+    import sglang_r3.serving.adapter.outputs as hook
 
     monkeypatch.setattr(hook, "served_layout", lambda tm: LAYOUT)
     for request in (None, _Request()):

@@ -14,8 +14,8 @@ import pytest
 from sglang_r3.dev.embedded import EMBEDDED_CONFIG
 from sglang_r3.core.layout import ModelLayout
 from sglang_r3.core.record import RoutingRecord
-from tests.routing_http import TIMEOUT, fetch_layout, flush_cache, full_ids, greedy, ids, record_of
-from tests.servers import assert_main_rows_equal_plain_sglang
+from tests.support.routing_http import TIMEOUT, fetch_layout, flush_cache, full_ids, greedy, ids, record_of
+from tests.support.servers import assert_main_rows_equal_plain_sglang
 
 pytestmark = pytest.mark.release  # also run on SGLang 0.5.15.post1 (.ci/release-env)
 

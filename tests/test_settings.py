@@ -54,7 +54,7 @@ def test_each_switch_refuses_any_other_value_naming_the_variable(name, field, va
 
 def test_a_bad_switch_is_named_by_the_opt_in_launch_check(monkeypatch):
     # SGLang's own launchers (the user sets SGLANG_R3_ENABLED): the variable is named with what it takes.
-    from sglang_r3.serving.patches.opt_in import missing_settings
+    from sglang_r3.serving.adapter.opt_in import missing_settings
 
     monkeypatch.setenv(settings.ENABLED, "enable")
     settings.current.cache_clear()

@@ -14,7 +14,8 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.routing_http import TIMEOUT, flush_cache, full_ids, greedy, record_of
+from tests.support.mtp_section import check_mtp_marks
+from tests.support.routing_http import TIMEOUT, flush_cache, full_ids, greedy, record_of
 
 pytestmark = pytest.mark.release  # also run on SGLang 0.5.15.post1 (.ci/release-env)
 
@@ -84,29 +85,13 @@ def test_concurrent_spec_requests_match_nonspec(routing_server, nospec_server):
         np.testing.assert_array_equal(record_of(s).experts, record_of(b).experts)
 
 
-def _check_mtp_marks(seq, mtp, start_main_rows):
-    """Every accepted draft entry routed a token that is in the sequence; rejections are monotone per round."""
-    assert mtp.tokens is not None and mtp.rounds is not None
-    for i in range(mtp.num_entries):
-        p, tok, step, ok = int(mtp.positions[i]), int(mtp.tokens[i]), int(mtp.step[i]), bool(mtp.accepted[i])
-        # An MTP forward at position p consumes the hidden state of token p and the embedding of token p+1.
-        if ok:
-            assert p + 1 < len(seq) and seq[p + 1] == tok, (i, p, tok, step)
-    for r in np.unique(mtp.rounds[mtp.step > 0]):
-        sel = (mtp.rounds == r) & (mtp.step > 0)
-        order = np.argsort(mtp.step[sel], kind="stable")
-        acc = mtp.accepted[sel][order]
-        # once a draft is rejected, every later draft of the round is rejected
-        assert not np.any(acc[1:] & ~acc[:-1]), acc
-
-
 def test_mtp_section_greedy(routing_server):
     prompt = ids("MTP section, greedy: ")
     out = greedy(routing_server, 32, input_ids=prompt, return_routing={"mtp": True})
     rec = record_of(out)
     assert rec.mtp is not None and rec.mtp.num_entries > 0
     seq = full_ids(out, prompt)
-    _check_mtp_marks(seq, rec.mtp, rec.start)
+    check_mtp_marks(seq, rec.mtp, rec.start)
     assert set(np.unique(rec.mtp.depth)) == {1}
     assert rec.mtp.step.max() >= 1  # draft-decode forwards, not only draft-extend
     assert rec.mtp.accepted[rec.mtp.step > 0].any()
@@ -132,7 +117,7 @@ def test_mtp_section_marks_rejected_drafts(routing_server):
     assert rec.num_tokens == len(seq) - 1
     drafted = rec.mtp.step > 0
     assert rec.mtp.accepted[drafted].any() and (~rec.mtp.accepted[drafted]).any()
-    _check_mtp_marks(seq, rec.mtp, rec.start)
+    check_mtp_marks(seq, rec.mtp, rec.start)
     # a rejected draft routed a token that is not the one the sequence has there
     rejected = drafted & ~rec.mtp.accepted
     first_rejections = [

@@ -35,7 +35,7 @@ def sglang_args():
 
     if not has_gpu():
         activate_cpu_runtime()
-    from sglang_r3.serving.patches.api import prepare_server_args
+    from sglang_r3.serving.adapter.api import prepare_server_args
 
     yield prepare_server_args
     os.environ.clear()
@@ -43,7 +43,7 @@ def sglang_args():
 
 
 def _check(prepare_server_args, flags, *, pass_argv=True):
-    from sglang_r3.serving.patches.startup_checks import check_supported
+    from sglang_r3.serving.refusals.startup import check_supported
 
     argv = resolve_argv(flags, cpu=True)
     server_args, resolve = prepare_server_args(argv)
@@ -52,7 +52,7 @@ def _check(prepare_server_args, flags, *, pass_argv=True):
 
 
 def _refusal(prepare_server_args, flags, **kw):
-    from sglang_r3.serving.patches.startup_checks import UnsupportedConfigError
+    from sglang_r3.serving.refusals.startup import UnsupportedConfigError
 
     with pytest.raises(UnsupportedConfigError) as info:
         _check(prepare_server_args, flags, **kw)
@@ -60,13 +60,13 @@ def _refusal(prepare_server_args, flags, **kw):
 
 
 def _resolved(server_args):
-    from sglang_r3.serving.patches.release import resolved
+    from sglang_r3.serving.seam.release import resolved
 
     return resolved(server_args)
 
 
 def _release() -> str:
-    from sglang_r3.serving.patches.versions import installed
+    from sglang_r3.serving.seam.versions import installed
 
     return installed()
 
@@ -168,7 +168,7 @@ def test_capture_site_runs_before_the_eplb_logical_to_physical_remap_or_eplb_is_
     src = _function_source(module, function)
     if src.index("capture_routed_experts_if_allowed(") < src.index("topk_ids_logical_to_physical("):
         return
-    from sglang_r3.serving.patches.startup_checks import _FlagNames, _refusals
+    from sglang_r3.serving.refusals.startup import _FlagNames, _refusals
 
     assert path == 1 and _release() == "0.5.15.post1", (module, function)
 
@@ -213,7 +213,7 @@ def test_skip_tokenizer_init_is_accepted(sglang_args):
     ids=["enable-dp-attention", "attn-dp-size", "slime-glm4.7"],
 )
 def test_dp_attention_is_accepted(sglang_args, flags):
-    # Each DP rank's rows are cut out of the gathered batch (patches/dp_rows.py; tests/test_dp_attention.py
+    # Each DP rank's rows are cut out of the gathered batch (adapter/dp_rows.py; tests/test_dp_attention.py
     # serves it and compares with a one-rank server and with plain SGLang's own capturer).
     if _not_on_this_release(sglang_args, flags):  # 0.5.15 has no --attn-dp-size
         return
@@ -285,7 +285,7 @@ def test_deepep_set_by_sglang_resolution_is_checked_on_the_resolved_view_and_acc
 
 @pytest.mark.parametrize("mode", ["prefill", "decode"])
 def test_pd_disaggregation_with_mooncake_is_served(sglang_args, mode):
-    # Served on both releases: the prompt's rows travel with its KV (patches/pd_rows.py; tests/test_pd.py serves a
+    # Served on both releases: the prompt's rows travel with its KV (adapter/pd_rows.py; tests/test_pd.py serves a
     # pair).
     _check(sglang_args, ["--disaggregation-mode", mode, "--disaggregation-transfer-backend", "mooncake"])
 
@@ -298,7 +298,7 @@ def test_pd_disaggregation_with_another_transfer_backend_is_refused_naming_it(sg
 
 def test_pd_disaggregation_with_an_mxfp8_kv_cache_is_refused_naming_it(sglang_args):
     # An MXFP8 KV pool sends its block scales as the KV transfer's block_scale component: the rows' carrier.
-    from sglang_r3.serving.patches import release
+    from sglang_r3.serving.seam import release
 
     if release.pd_rows_carrier().state_type != "BLOCK_SCALE":
         return  # 0.5.15.post1: the rows ride another state type, which no KV cache dtype takes
@@ -383,7 +383,7 @@ def test_multi_layer_eagle_worker_is_refused(sglang_args):
 def _step3p5_dir(tmp_path, **changes):
     import json
 
-    from tests.step3p5 import build
+    from tests.support.step3p5 import build
 
     d = build(tmp_path / "step3p5")
     cfg = json.loads((d / "config.json").read_text())
@@ -393,14 +393,14 @@ def _step3p5_dir(tmp_path, **changes):
 
 
 def test_multi_layer_eagle_that_sglang_turns_on_for_step3p5_passes_the_check(sglang_args, tmp_path):
-    from tests.step3p5 import SPEC_FLAGS
+    from tests.support.step3p5 import SPEC_FLAGS
 
     server_args = _check(sglang_args, _step3p5_dir(tmp_path) + SPEC_FLAGS)
     assert _resolved(server_args).enable_multi_layer_eagle  # SGLang's own choice for Step3p5ForCausalLM
 
 
 def test_multi_layer_eagle_for_a_model_without_a_layout_is_refused_naming_the_flag_sglang_set(sglang_args, tmp_path):
-    from tests.step3p5 import NUM_LAYERS, SPEC_FLAGS
+    from tests.support.step3p5 import NUM_LAYERS, SPEC_FLAGS
 
     # MTP layers 45 (MoE) and 46, 47 (dense): SGLang would build all three as layer 45.
     enum = ",".join(str(i) for i in range(1, NUM_LAYERS + 1))
@@ -418,7 +418,7 @@ def test_multi_layer_eagle_for_a_model_without_a_layout_is_refused_naming_the_fl
 
 
 def test_multi_layer_eagle_with_more_draft_steps_than_mtp_layers_is_refused(sglang_args, tmp_path):
-    from tests.step3p5 import SPEC_FLAGS
+    from tests.support.step3p5 import SPEC_FLAGS
 
     flags = _step3p5_dir(tmp_path, num_nextn_predict_layers=2)
     # 48 per-layer entries, as transformers' validator wants them, for 45 + 2 layers: keep 47.
@@ -537,7 +537,7 @@ def test_refused_launch_exits_nonzero_naming_the_flag_before_sglang_starts():
 def test_cpu_launch_of_a_sliding_window_model_gets_one_full_kv_pool(sglang_args, tmp_path):
     # Step-3.5 has sliding-window layers (SGLang gives them a KV pool of their own unless told not to):
     # our launcher adds --disable-hybrid-swa-memory on the CPU runtime, and SGLang's model config agrees.
-    from sglang_r3.serving.patches.release import model_config_of
+    from sglang_r3.serving.seam.release import model_config_of
 
     flags = [f for f in _step3p5_dir(tmp_path) if f != "--disable-hybrid-swa-memory"]
     server_args = _check(sglang_args, flags)
@@ -548,7 +548,7 @@ def test_cpu_launch_of_a_sliding_window_model_gets_one_full_kv_pool(sglang_args,
 
 def test_opt_in_launch_of_a_sliding_window_model_on_cpu_without_one_full_pool_is_refused(sglang_args, tmp_path):
     # SGLang's own launchers under SGLANG_R3_ENABLED=1 add nothing: the missing setting is named.
-    from sglang_r3.serving.patches.opt_in import missing_settings
+    from sglang_r3.serving.adapter.opt_in import missing_settings
 
     argv = ["--model-path", _step3p5_dir(tmp_path)[1], "--enable-return-routed-experts", "--device", "cpu",
             "--attention-backend", "torch_native", "--disable-overlap-schedule", "--disable-cuda-graph"]
@@ -620,7 +620,7 @@ def test_a_transformers_saved_qwen_hybrid_without_full_attention_interval_is_ref
     names = {"full_attention": HybridLayerType.full_attention.value,
              "linear_attention": HybridLayerType.linear_attention.value}
     assert sg.layers_block_type == [names[t] for t in (config.text_config if where else config).layer_types]
-    from sglang_r3.serving.patches.startup_checks import _checkpoint
+    from sglang_r3.serving.refusals.startup import _checkpoint
 
     hits = list(_checkpoint(types.SimpleNamespace(model_path=str(tmp_path)), None, resolved=False))
     # (the VL wrapper's vision_config has its own published key: the next test)
@@ -644,7 +644,7 @@ def test_a_transformers_saved_qwen3_next_with_its_rope_base_only_in_rope_paramet
     saved["rope_theta"] = 1000.0  # as the refusal says: SGLang's class now holds the checkpoint's base
     (tmp_path / "config.json").write_text(json.dumps(saved))
     assert SGLangQwen3NextConfig(**{k: v for k, v in saved.items() if k != "model_type"}).rope_theta == 1000.0
-    from sglang_r3.serving.patches.startup_checks import _checkpoint
+    from sglang_r3.serving.refusals.startup import _checkpoint
 
     hits = list(_checkpoint(types.SimpleNamespace(model_path=str(tmp_path)), None, resolved=False))
     assert [h for h in hits if "rope_theta" in str(h)] == [], hits
@@ -696,7 +696,7 @@ def test_a_transformers_saved_deepseek_without_moe_layer_freq_is_refused_naming_
     theirs = [t == "sparse" for t in getattr(config, "mlp_layer_types", None) or
               ["sparse" if i >= config.first_k_dense_replace else "dense" for i in range(4)]]
     assert [is_sparse(sg, i) for i in range(4)] == theirs
-    from sglang_r3.serving.patches.startup_checks import _checkpoint
+    from sglang_r3.serving.refusals.startup import _checkpoint
 
     hits = list(_checkpoint(types.SimpleNamespace(model_path=str(tmp_path)), None, resolved=False))
     assert [h for h in hits if "moe_layer_freq" in str(h)] == [], hits
@@ -727,7 +727,7 @@ def test_what_sglang_0_5_15_cannot_run_on_the_cpu_runtime_is_refused_there_befor
         (tmp_path / "config.json").write_text(json.dumps(saved))
     flags = ["--model-path", str(tmp_path)]
     if _release() != "0.5.15.post1":
-        from sglang_r3.serving.patches.startup_checks import _release_cpu_runtime
+        from sglang_r3.serving.refusals.startup import _release_cpu_runtime
 
         cfg = types.SimpleNamespace(model_path=str(tmp_path), device="cpu")
         assert list(_release_cpu_runtime(cfg, None, resolved=False)) == []
@@ -738,7 +738,7 @@ def test_what_sglang_0_5_15_cannot_run_on_the_cpu_runtime_is_refused_there_befor
     from sglang_r3.dev.cpu import has_gpu
 
     if arch == "GlmMoeDsaForCausalLM" and not has_gpu():  # where SGLang stops without the refusal: its resolution
-        from sglang_r3.serving.patches.api import prepare_server_args
+        from sglang_r3.serving.adapter.api import prepare_server_args
 
         _, resolve = prepare_server_args(resolve_argv(flags, cpu=True))
         with pytest.raises(RuntimeError, match="NVIDIA driver"):
@@ -763,7 +763,7 @@ def test_a_hub_id_in_the_hub_cache_is_checked_as_its_folder_is(sglang_args, tmp_
     # (on 0.5.15.post1's CPU runtime the same flag also carries the release's own refusal of Qwen3-Next)
     assert set(err.flags) == {"--model-path acme/qwen3-next-tiny"}, str(err)
     assert 'add "full_attention_interval": 4' in str(err), str(err)
-    from sglang_r3.serving.patches.startup_checks import _checkpoint
+    from sglang_r3.serving.refusals.startup import _checkpoint
 
     elsewhere = types.SimpleNamespace(model_path="acme/qwen3-next-tiny", download_dir=str(tmp_path / "empty"),
                                       revision=None)
@@ -793,7 +793,7 @@ def test_a_transformers_saved_qwen3_5_vl_without_deepstack_indexes_is_refused_na
     saved["vision_config"]["deepstack_visual_indexes"] = []
     (fixed / "config.json").write_text(json.dumps(saved))
     assert get_config(str(fixed), trust_remote_code=False).vision_config.deepstack_visual_indexes == []
-    from sglang_r3.serving.patches.startup_checks import _checkpoint
+    from sglang_r3.serving.refusals.startup import _checkpoint
 
     assert list(_checkpoint(types.SimpleNamespace(model_path=str(fixed)), None, resolved=False)) == []
 
@@ -821,7 +821,7 @@ def _glm5_save(tmp_path, **keys):
                     "(torch.cuda.get_device_capability): start-up refuses DSA models on its CPU runtime outright "
                     "(test_what_sglang_0_5_15_cannot_run_on_the_cpu_runtime_is_refused_there_before_it_stops)")
 def test_a_dsa_model_on_the_cpu_runtime_is_refused_a_context_longer_than_index_topk(tmp_path):
-    # The CPU runtime attends to every key (patches/cpu/dsa.py): DSA's result only up to index_topk keys. Launched
+    # The CPU runtime attends to every key (cpu_runtime/ops/dsa.py): DSA's result only up to index_topk keys. Launched
     # as users launch it: the CPU runtime's hooks (its DSA start-up among them) install in the launcher's process.
     _glm5_save(tmp_path, index_topk=64)
     proc = subprocess.run([sys.executable, "-m", "sglang_r3.launch_server", "--model-path", str(tmp_path)],

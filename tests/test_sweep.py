@@ -1,8 +1,8 @@
 """Every MoE architecture in SGLang 0.5.23's registry: captured exactly (its layout equals the module tree SGLang
 builds from a tiny config, and transformers' where it has the class) or refused at start-up by name, with the
-reason. The sweep (tests/sweep.py) runs once, in a fresh process; the registry-wide table in docs/models.md is
-generated from it, and the family table above it from tests/family_table.py: ``python -m tests.test_sweep`` rewrites
-both (``--families``: the family table only, no sweep).
+reason. The sweep (tests/scripts/sweep.py) runs once, in a fresh process; the registry-wide table in docs/models.md
+is generated from it, and the family table above it from tests/generators/family_table.py: ``python -m
+tests.test_sweep`` rewrites both (``--families``: the family table only, no sweep).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _replace_between(text: str, begin: str, end: str, body: str) -> str:
 
 
 def run_sweep(out: Path) -> list:
-    proc = subprocess.run([sys.executable, "-m", "tests.sweep", "--json", str(out)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "tests.scripts.sweep", "--json", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())
@@ -48,7 +48,7 @@ def rows(tmp_path_factory):
 
 
 def test_the_sweep_lists_sglangs_registry(rows):
-    from tests.sweep import registry_entries
+    from tests.scripts.sweep import registry_entries
 
     names = {r["architecture"] for r in rows}
     entries = registry_entries()
@@ -83,14 +83,14 @@ def test_every_rule_of_the_registry_is_in_the_sweep(rows):
 
 
 def test_the_models_doc_table_is_the_sweeps(rows):
-    from tests.sweep import markdown
+    from tests.scripts.sweep import markdown
 
     assert _between(MODELS_DOC.read_text(), BEGIN, END) == markdown(rows), "regenerate it: python -m tests.test_sweep"
 
 
 def test_the_family_table_is_generated_and_names_real_architectures(rows):
     from sglang_r3.core.families import FAMILIES as REGISTRY
-    from tests import family_table
+    from tests.generators import family_table
     from tests.family_specs.specs import SPECS
 
     assert _between(MODELS_DOC.read_text(), FAMILY_BEGIN, FAMILY_END) == family_table.markdown(), \
@@ -114,10 +114,10 @@ def test_a_layout_that_disagrees_with_sglangs_module_tree_is_refused_naming_the_
     # The start-up check itself, on a model SGLang built: a layout one layer off is refused by layer.
     code = r'''
 import dataclasses, sys
-from tests import sweep
+from tests.scripts import sweep
 sweep.init_runtime()
 from sglang_r3.core.layout import layout_from_hf_config, ModelLayout, LayerInfo
-from sglang_r3.serving.patches import served_layout
+from sglang_r3.serving.adapter import served_layout
 mt, values = sweep.SPECS["Qwen3MoeForCausalLM"]
 cfg = sweep.config_object("Qwen3MoeForCausalLM", mt, values)
 layout = layout_from_hf_config(cfg)
@@ -143,8 +143,8 @@ print("OK")
 def _write_models_doc() -> None:
     import tempfile
 
-    from tests import family_table
-    from tests.sweep import markdown
+    from tests.generators import family_table
+    from tests.scripts.sweep import markdown
 
     text = _replace_between(MODELS_DOC.read_text(), FAMILY_BEGIN, FAMILY_END, family_table.markdown())
     if "--families" not in sys.argv:  # the registry-wide table needs the sweep (minutes)

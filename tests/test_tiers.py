@@ -1,4 +1,4 @@
-"""The test tiers (tests/tiers.py): every test has exactly one, and the fast tier needs no SGLang.
+"""The test tiers (tests/support/tiers.py): every test has exactly one, and the fast tier needs no SGLang.
 
 Each check runs pytest in a fresh process: what a tier imports is only visible in a process that imported
 nothing else.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tiers import FRESH_RUN_ENV
+from tests.support.tiers import FRESH_RUN_ENV
 
 pytestmark = pytest.mark.fast
 
@@ -111,7 +111,7 @@ def test_skips_without_sglang():
 '''
 
 
-SAMPLE_CONFTEST = "from tests.tiers import *  # noqa: F401,F403\n"
+SAMPLE_CONFTEST = "from tests.support.tiers import *  # noqa: F401,F403\n"
 
 
 def _sample(tmp_path: Path, module_tier: str) -> Path:
@@ -144,7 +144,7 @@ def test_a_test_without_a_tier_stops_the_collection_naming_it(tmp_path):
     d = tmp_path / "untiered"
     d.mkdir()
     (d / "test_untiered.py").write_text("def test_nobody_said():\n    pass\n")
-    (d / "conftest.py").write_text("from tests.tiers import pytest_collection_modifyitems  # noqa: F401\n")
+    (d / "conftest.py").write_text("from tests.support.tiers import pytest_collection_modifyitems  # noqa: F401\n")
     proc = _pytest(["--collect-only", "-q", "test_untiered.py"], cwd=d, tmp_path=tmp_path)
     assert proc.returncode != 0
     assert "test_untiered.py::test_nobody_said: no tier" in proc.stdout + proc.stderr

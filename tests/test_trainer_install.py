@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import email.parser
 import json
-import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import tomllib
 from pathlib import Path
 
@@ -20,25 +18,11 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
+from tests.support.blocked_imports import SERVER_ONLY, ok, run
+
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# SGLang and what only the server side needs; sgl_kernel is SGLang's native half.
-SERVER_ONLY = ("sglang", "sgl_kernel", "pybase64", "fastapi", "pydantic", "tokenizers", "safetensors",
-               "aiohttp", "msgspec", "prometheus_client", "ray", "orjson", "transformers")
-
-# A finder ahead of every other one: the blocked top-level modules raise ImportError as if absent,
-# whatever the environment has installed.
-BLOCKER = """
-import importlib.abc, sys
-BLOCKED = set({blocked!r})
-class _Absent(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in BLOCKED:
-            raise ImportError(f"{{name}} is not installed (blocked by the test)")
-sys.meta_path.insert(0, _Absent())
-"""
 
 # Small Glm4Moe config: layers 0 dense, 1-2 MoE, one MTP layer; 8 experts, top-2.
 LAYOUT_AND_RECORD = """
@@ -62,27 +46,14 @@ for back in (json_form, binary_form):
 """
 
 
-def _run(code: str, blocked) -> subprocess.CompletedProcess:
-    script = BLOCKER.format(blocked=tuple(blocked)) + "import json\n" + textwrap.dedent(code)
-    return subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
-    )
-
-
-def _ok(proc: subprocess.CompletedProcess) -> str:
-    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-4000:]}"
-    return proc.stdout
-
-
 def test_the_blocker_makes_sglang_unimportable():
     # Without this, the tests below could pass only because SGLang was quietly imported after all.
-    proc = _run("import sglang", SERVER_ONLY)
+    proc = run("import sglang", SERVER_ONLY)
     assert proc.returncode != 0 and "blocked by the test" in proc.stderr
 
 
 def test_client_and_records_work_without_sglang_or_torch():
-    out = _ok(_run(LAYOUT_AND_RECORD + """
+    out = ok(run(LAYOUT_AND_RECORD + """
 import sglang_r3.trainer.client
 from sglang_r3.trainer.client import RoutingClient, decode_routing
 meta = {"routing": record.to_wire(binary=True)}
@@ -93,7 +64,7 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & (BLOCKED | {"to
 
 
 def test_trainer_checks_and_joins_records_without_sglang():
-    out = _ok(_run(LAYOUT_AND_RECORD + """
+    out = ok(run(LAYOUT_AND_RECORD + """
 import sglang_r3.trainer.client, sglang_r3.trainer
 from sglang_r3.trainer import check_records
 from sglang_r3.trainer.join import RecordPart, join_records
@@ -127,7 +98,7 @@ def test_base_install_carries_no_sglang_torch_or_server_packages():
 def test_server_extra_admits_every_served_sglang_release_and_the_test_extra_pins_the_newest():
     # A rollout image that has SGLang installed keeps it (and its torch): the server extra states the window
     # patches/ serves; the README's `.[test]` stays deterministic at the newest release.
-    from sglang_r3.serving.patches.versions import SERVED
+    from sglang_r3.serving.seam.versions import SERVED
 
     extras = _pyproject()["project"]["optional-dependencies"]
     server = {Requirement(r).name: Requirement(r).specifier for r in extras["server"]}

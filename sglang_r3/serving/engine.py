@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from sglang_r3.serving.launch import prepare
-from sglang_r3.serving.patches import api
+from sglang_r3.serving.adapter import api
 
 
 def Engine(argv: Sequence[str] = ()):  # noqa: N802 -- named like the class it builds

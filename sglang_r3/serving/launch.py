@@ -87,14 +87,14 @@ def prepare(argv: Sequence[str], process: Optional[str] = None):
     # For the plugin in SGLang's processes (ENABLED) and server/request.py (DEFAULT_ROUTING).
     settings.publish({settings.ENABLED: "1"}, **({settings.DEFAULT_ROUTING: default_routing} if default_routing else {}))
     sglang_argv = resolve_argv(argv, cpu=cpu)
-    from sglang_r3.serving.patches import api
-    from sglang_r3.serving.patches.opt_in import begin_launch
+    from sglang_r3.serving.adapter import api
+    from sglang_r3.serving.adapter.opt_in import begin_launch
 
     begin_launch("server" if process == "server" else "engine")
     if process is not None:
-        from sglang_r3.serving.patches import install
-        from sglang_r3.serving.patches.hooks import HookTargetError
-        from sglang_r3.serving.patches.release import UnsupportedRelease
+        from sglang_r3.serving.adapter import install
+        from sglang_r3.serving.seam.hooks import HookTargetError
+        from sglang_r3.serving.seam.release import UnsupportedRelease
 
         from sglang_r3.serving.plugin import rollout_api
 
@@ -105,7 +105,7 @@ def prepare(argv: Sequence[str], process: Optional[str] = None):
 
     api.load_plugins()
     server_args, resolve = api.prepare_server_args(sglang_argv)
-    from sglang_r3.serving.patches.startup_checks import UnsupportedConfigError, check_supported
+    from sglang_r3.serving.refusals.startup import UnsupportedConfigError, check_supported
 
     try:
         # Before SGLang starts any process: outside the capture envelope it would serve
@@ -123,7 +123,7 @@ def prepare(argv: Sequence[str], process: Optional[str] = None):
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     server_args = prepare(list(sys.argv[1:] if argv is None else argv), process="server")
-    from sglang_r3.serving.patches import api
+    from sglang_r3.serving.adapter import api
 
     try:
         api.run_server(server_args)

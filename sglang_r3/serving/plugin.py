@@ -1,6 +1,6 @@
 """The project's one entry point into SGLang: ``sglang.srt.plugins`` calls ``plugin`` in every SGLang
-process (pyproject.toml). It hands the adapter (``sglang_r3.serving.patches``) the rollout API it mounts where an
-HTTP server is launched; inert unless capture is enabled (``settings.ENABLED``, see ``patches/__init__.py``)."""
+process (pyproject.toml). It hands the adapter (``sglang_r3.serving.adapter``) the rollout API it mounts where an
+HTTP server is launched; inert unless capture is enabled (``settings.ENABLED``, see ``adapter/__init__.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,6 @@ def rollout_api():
 
 
 def plugin() -> None:
-    from sglang_r3.serving import patches
+    from sglang_r3.serving import adapter
 
-    patches.plugin(routes=rollout_api)
+    adapter.plugin(routes=rollout_api)

@@ -1,6 +1,6 @@
 """What a finished request's routing becomes in its response, built in one pass for every endpoint.
 
-The TokenizerManager hook (``patches/responses.py``) takes the scheduler's payload out of ``meta_info``;
+The TokenizerManager hook (``adapter/outputs.py``) takes the scheduler's payload out of ``meta_info``;
 ``build`` decodes it once and writes what the request asked for (``Asked``): the record's wire form,
 upstream's ``routed_experts``, or ``routing_error``; a record asked for by reference is returned for
 the fleet's store (``server/refs.py``).

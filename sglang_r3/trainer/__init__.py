@@ -10,7 +10,7 @@ from typing import Any
 
 _EXPORTS = {
     "ModelMismatchError": "errors", "ReplayError": "errors",
-    "FillSummary": "filler", "ReplayFiller": "filler",
+    "FillSummary": "megatron", "ReplayFiller": "megatron",
     "JoinedRecord": "join", "RecordPart": "join", "Segment": "join", "join_records": "join",
     "PackedRows": "packing", "TokenLayout": "packing", "pack_rows": "packing",
     "check_record": "validate", "check_records": "validate",

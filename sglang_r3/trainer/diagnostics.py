@@ -1,7 +1,7 @@
 """What R3 tells about a run, beside the replay itself: live health (flips of replayed routers), fidelity
 of the trainer's routing and logprobs to the rollout's, the model against the layout, per-head MTP losses."""
 
-from sglang_r3.trainer.core import current_meter, live_router, measure_router, measured_compute_topk
+from sglang_r3.trainer.routers import current_meter, live_router, measure_router, measured_compute_topk
 from sglang_r3.trainer.discovery import RouterSite, find_routers
 from sglang_r3.trainer.fidelity import (
     FidelityReport,

@@ -2,7 +2,7 @@
 
 Meters (flips of a replaying router, rows of a live MTP router) and the book that binds each
 microbatch's pad mask and reads a step's counts in one device->host copy. Inside a router only device
-ops run (no ``.item()``, no branch on tensor values); ``core.py`` attaches meters to routers.
+ops run (no ``.item()``, no branch on tensor values); ``routers.py`` attaches meters to routers.
 """
 
 from __future__ import annotations

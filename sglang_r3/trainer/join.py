@@ -12,7 +12,7 @@ import numpy as np
 
 from sglang_r3.core.record import RecordError, RoutingRecord, token_array, token_digest
 
-# The server names a request that spanned a weight update "mixed:v1,v2" (patches/responses.py);
+# The server names a request that spanned a weight update "mixed:v1,v2" (adapter/outputs.py);
 # the joined record uses the same spelling so a trainer that declares a version refuses it alike.
 MIXED_PREFIX = "mixed:"
 

@@ -110,7 +110,7 @@ _ahead: Dict[str, Dict[str, Any]] = {}  # group -> its servers, started, not yet
 
 
 def _start_group(family: str) -> Dict[str, Any]:
-    from tests.servers import ServerProcess
+    from tests.support.servers import ServerProcess
 
     return {n: ServerProcess(server_flags(n), env=SPECS[SERVERS[n][0]].server_env).start() for n in GROUPS[family]}
 

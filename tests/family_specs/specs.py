@@ -238,7 +238,7 @@ _QWEN3_OMNI_MOE = CheckpointSpec(
 )
 
 # MiniMax-M2: every layer MoE, sigmoid scores with a selection bias (e_score_correction_bias), q/k RMS norm over the
-# whole attention width (on the CPU runtime through patches/cpu/minimax_m2.py), partial RoPE. scoring_func,
+# whole attention width (on the CPU runtime through cpu_runtime/families/minimax_m2.py), partial RoPE. scoring_func,
 # use_routing_bias, use_qk_norm, qk_norm_type and rotary_dim as MiniMax-M2 publishes them (transformers' class keeps
 # them; SGLang's minimax_m2.py reads them); partial_rotary_factor as a transformers 5.19 save writes it beside
 # rotary_dim. transformers 5.12 (SGLang 0.5.15's pin) ignores rotary_dim: without partial_rotary_factor its oracle
@@ -246,7 +246,7 @@ _QWEN3_OMNI_MOE = CheckpointSpec(
 # releases).
 # DSA models (GLM-5, DeepSeek-V3.2): MLA (q/kv LoRA, YaRN) and MoE with a DSA indexer whose index_topk (2048, as
 # published) is longer than every test sequence: its sparse attention attends to every key, as the CPU runtime serves
-# it (sglang_r3/serving/patches/cpu/dsa.py); index_head_dim 128, as published and as SGLang's DSA KV pool asserts; one
+# it (sglang_r3/serving/cpu_runtime/ops/dsa.py); index_head_dim 128, as published and as SGLang's DSA KV pool asserts; one
 # NextN layer; moe_layer_freq, topk_method and scoring_func as the published config.json carries them.
 _DSA = dict(_TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
             n_routed_experts=8, num_experts_per_tok=2, first_k_dense_replace=1, n_shared_experts=1,
@@ -280,7 +280,7 @@ _MINIMAX_M2 = CheckpointSpec(
 # conv_kernel, chunk_size, ...; one MLP block, which the release has none of, so that every block kind is served.
 # Saved by transformers' class (the Hub's tensor names: backbone.*, experts one by one), config.json rewritten as the
 # release spells it (_nemotron_h_as_published). The CPU runtime runs its Mamba-2 mixers with
-# sglang_r3/serving/patches/cpu/mamba2.py.
+# sglang_r3/serving/cpu_runtime/ops/mamba2.py.
 _NEMOTRON_H = CheckpointSpec(
     "nemotron_h", "NemotronHConfig", "NemotronHForCausalLM",
     dict(_TINY, head_dim=16, hybrid_override_pattern="ME*EM-E", num_hidden_layers=7, intermediate_size=64,
@@ -363,7 +363,7 @@ SPECS: Dict[str, CheckpointSpec] = {
         {**{k: v for k, v in _DEEPSEEK_V3_TEXT.items() if k != "rope_scaling"}, "q_lora_rank": None, "n_group": 1,
          "topk_group": 1, "n_shared_experts": 2, "num_nextn_predict_layers": 0, "rope_theta": 50000.0},
         router_std=0.4,  # sigmoid scores off saturation (one group), as Kimi-K2.5's
-        qk_scale=8.0,  # scores that depend on positions: the rotation cpu/rope.py gives it is seen
+        qk_scale=8.0,  # scores that depend on positions: the rotation cpu_runtime/ops/rope.py gives it is seen
     ),
     # DeepSeek-V2-Lite as deepseek-ai/DeepSeek-V2-Lite publishes it: MLA without q LoRA (one q_proj), YaRN, layer 0
     # dense, softmax scores, plain top-k (topk_method greedy) not renormalised, two shared experts, no MTP layers.
@@ -631,7 +631,7 @@ SPECS: Dict[str, CheckpointSpec] = {
                    "full-attention layers of 32 x 1"),
     # gpt-oss: every layer MoE (softmax over the top-k logits, router bias), clamped SwiGLU experts with biases;
     # attention sinks, layers alternating sliding window (8 tokens, shorter than every test sequence) / full.
-    # The CPU runtime adds the sinks to torch_native (sglang_r3/serving/patches/cpu/gpt_oss.py).
+    # The CPU runtime adds the sinks to torch_native (sglang_r3/serving/cpu_runtime/families/gpt_oss.py).
     "gpt_oss": CheckpointSpec(
         "gpt_oss", "GptOssConfig", "GptOssForCausalLM",
         dict(_TINY, head_dim=16, intermediate_size=32, num_hidden_layers=2, num_local_experts=8, num_experts_per_tok=2,
@@ -663,7 +663,7 @@ SPECS: Dict[str, CheckpointSpec] = {
     # (every 2nd layer: full_attention_interval, as published; output gate, partial RoPE), every layer MoE (softmax
     # top-k) with a sigmoid-gated shared expert, one MTP layer (published: mtp.* tensors, no count in the config).
     # Key and value head dims differ (16, 8) so that a transposed recurrent state cannot pass. The CPU runtime runs
-    # its linear attention with sglang_r3/serving/patches/cpu/gdn.py.
+    # its linear attention with sglang_r3/serving/cpu_runtime/ops/gdn.py.
     "qwen3_next": CheckpointSpec(
         "qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM", _QWEN_HYBRID,
         experts_topk=lambda c: (c.num_experts, c.num_experts_per_tok),

@@ -10,24 +10,29 @@ from __future__ import annotations
 
 import collections
 import os
-import sys
 from contextlib import contextmanager
 
 import numpy as np
 import pytest
 import torch
 
+from health_helpers import (
+    LENGTHS,
+    SEED,
+    chosen_experts,
+    count_flips,
+    host_reads_inside_routers,
+    perturb_rows,
+    random_samples,
+    records_from_rows,
+)
 from megatron_cpu import RouterSpy, TinyMoeSpec, build_gpt, causal_mask
-from sglang_r3.core.record import RoutingRecord, token_digest
 from sglang_r3.trainer import ReplayError, ReplayFiller, pack_rows
 from sglang_r3.trainer.diagnostics import HealthBook, measure_router, measured_compute_topk
 
 pytestmark = pytest.mark.fast
 
 torch.set_num_threads(1)
-
-LENGTHS = [7, 9, 5]  # three samples packed into one microbatch of 21 tokens
-SEED = 31
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +54,6 @@ def _fresh_moe_loss_state():
     get_moe_layer_wise_logging_tracker().clear()
 
 
-def _samples(lengths=LENGTHS, seed=SEED, vocab=128):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, vocab, (n,), generator=g) for n in lengths]
-
-
 def _packed_forward(model, tokens, train: bool):
     """Samples packed into one sequence as a trainer packs them: each attends to itself only
     (block-diagonal causal mask, positions from 0 per sample), so a sample's pad row reaches no
@@ -67,10 +67,6 @@ def _packed_forward(model, tokens, train: bool):
     return model(ids, pos, mask, labels=torch.roll(ids, -1, dims=1))
 
 
-def _chosen(routing_map: torch.Tensor, k: int) -> np.ndarray:
-    return torch.sort(torch.nonzero(routing_map)[:, 1].reshape(-1, k), dim=1).values.numpy()
-
-
 def _own_routing(model, filler, tokens):
     """layer id -> [S, topk] what each decoder router chooses with replay off (Megatron's own routing)."""
     filler.clear()
@@ -81,27 +77,6 @@ def _own_routing(model, filler, tokens):
     finally:
         spy.close()
     return {s.layer_id: spy.chosen(s.path).numpy() for s in filler.decoder_sites}
-
-
-def _records(layout, tokens, rows_by_layer):
-    """Per-sample records cut from packed rows [S, topk] per layer (sample i at its offset, T_i - 1 rows)."""
-    out, off = [], 0
-    for t in tokens:
-        n = len(t) - 1
-        experts = np.stack([rows_by_layer[lid][off : off + n] for lid in layout.moe_layer_ids], axis=1)
-        out.append(RoutingRecord(layout=layout.fingerprint, start=0, layers=layout.moe_layer_ids,
-                                 experts=experts.astype(layout.expert_dtype), tokens_digest=token_digest(t)))
-        off += len(t)
-    return out
-
-
-def _perturb(rows: np.ndarray, which, num_experts: int) -> np.ndarray:
-    """Rows with one expert of each listed row swapped for one outside its set (a different set)."""
-    rows = rows.copy()
-    for r in which:
-        outside = [e for e in range(num_experts) if e not in set(rows[r].tolist())]
-        rows[r, 0] = outside[0]
-    return rows
 
 
 @contextmanager
@@ -136,22 +111,7 @@ def _own_sets_on(site, x, k):
     finally:
         rr.router_replay_action = saved
         site.router.train(training)
-    return _chosen(routing_map, k)
-
-
-def _plain_count(records, tokens, own_by_layer, layout):
-    """Flips per layer and tokens with a flip, counted with sets over the record rows (pad rows skipped)."""
-    flips, tokens_flipped, off = collections.Counter(), 0, 0
-    for rec, t in zip(records, tokens):
-        for row in range(len(t) - 1):
-            any_flip = False
-            for col, lid in enumerate(layout.moe_layer_ids):
-                if set(rec.experts[row, col].tolist()) != set(own_by_layer[lid][off + row].tolist()):
-                    flips[lid] += 1
-                    any_flip = True
-            tokens_flipped += any_flip
-        off += len(t)
-    return flips, tokens_flipped
+    return chosen_experts(routing_map, k)
 
 
 def _train_step(model, filler, tokens):
@@ -165,9 +125,9 @@ def _train_step(model, filler, tokens):
 
 def test_records_equal_to_the_models_own_routing_count_no_flip(model, glm_layout):
     filler = ReplayFiller(model, glm_layout, measure=True)
-    tokens = _samples()
+    tokens = random_samples()
     own = _own_routing(model, filler, tokens)
-    records = _records(glm_layout, tokens, own)
+    records = records_from_rows(glm_layout, tokens, own)
     filler.fill(records, tokens)
     _train_step(model, filler, tokens)
     h = filler.health()
@@ -188,14 +148,14 @@ def test_records_equal_to_the_models_own_routing_count_no_flip(model, glm_layout
 def test_flips_in_the_last_moe_layer_are_counted_exactly(model, glm_layout):
     """Layer 3 feeds no replayed router: its inputs, and so its own routing, are the R3-off ones."""
     filler = ReplayFiller(model, glm_layout, measure=True)
-    tokens = _samples()
+    tokens = random_samples()
     own = _own_routing(model, filler, tokens)
     rng = np.random.default_rng(0)
     record_rows = np.concatenate([np.arange(off, off + n - 1) for off, n in zip(np.cumsum([0] + LENGTHS[:-1]), LENGTHS)])
     flipped = rng.choice(record_rows, 6, replace=False)
     pad_rows = np.cumsum(LENGTHS) - 1  # a pad row replayed with other experts must not count
-    changed = {**own, 3: _perturb(own[3], list(flipped) + list(pad_rows), 16)}
-    filler.fill(_records(glm_layout, tokens, changed), tokens)
+    changed = {**own, 3: perturb_rows(own[3], list(flipped) + list(pad_rows), 16)}
+    filler.fill(records_from_rows(glm_layout, tokens, changed), tokens)
     _train_step(model, filler, tokens)
     h = filler.health()
     rows = sum(n - 1 for n in LENGTHS)
@@ -209,21 +169,21 @@ def _perturbed_everywhere(model, filler, layout, tokens, seed):
     own = _own_routing(model, filler, tokens)
     rng = np.random.default_rng(seed)
     S = sum(len(t) for t in tokens)
-    changed = {lid: _perturb(rows, rng.choice(S, 5, replace=False), layout.num_experts) for lid, rows in own.items()}
-    return _records(layout, tokens, changed)
+    changed = {lid: perturb_rows(rows, rng.choice(S, 5, replace=False), layout.num_experts) for lid, rows in own.items()}
+    return records_from_rows(layout, tokens, changed)
 
 
 def test_perturbed_records_in_every_layer_count_what_a_plain_count_finds(model, glm_layout):
     """Flips below change the inputs above: the oracle re-runs each router, replay off, on what it was given."""
     filler = ReplayFiller(model, glm_layout, measure=True)
-    tokens = _samples(seed=SEED + 1)
+    tokens = random_samples(seed=SEED + 1)
     records = _perturbed_everywhere(model, filler, glm_layout, tokens, seed=1)
     filler.fill(records, tokens)
     with _router_inputs(model, filler) as seen:
         _train_step(model, filler, tokens)
     h = filler.health()
     own = {s.layer_id: _own_sets_on(s, seen[s.layer_id][0], glm_layout.topk) for s in filler.decoder_sites}
-    flips, tokens_flipped = _plain_count(records, tokens, own, glm_layout)
+    flips, tokens_flipped = count_flips(records, tokens, own, glm_layout)
     rows = sum(len(t) - 1 for t in tokens)
     assert sum(flips.values()) >= 10  # every layer's perturbations at least (not a vacuous zero)
     for lid in (1, 2, 3):
@@ -236,7 +196,7 @@ def test_each_microbatch_of_a_schedule_is_measured_with_its_own_pad_rows(model, 
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     filler = ReplayFiller(model, glm_layout, measure=True)
-    batches = [_samples([6, 8], seed=50), _samples([11], seed=51), _samples([4, 5, 3], seed=52)]
+    batches = [random_samples([6, 8], seed=50), random_samples([11], seed=51), random_samples([4, 5, 3], seed=52)]
     mbs = [(_perturbed_everywhere(model, filler, glm_layout, t, seed=60 + i), t) for i, t in enumerate(batches)]
     filler.fill_microbatches(mbs)
     data = iter([torch.cat(t) for t in batches])
@@ -259,7 +219,7 @@ def test_each_microbatch_of_a_schedule_is_measured_with_its_own_pad_rows(model, 
     flips, tokens_flipped = collections.Counter(), 0
     for m, (records, tokens) in enumerate(mbs):
         own = {s.layer_id: _own_sets_on(s, seen[s.layer_id][m], glm_layout.topk) for s in filler.decoder_sites}
-        f, t = _plain_count(records, tokens, own, glm_layout)
+        f, t = count_flips(records, tokens, own, glm_layout)
         flips += f
         tokens_flipped += t
     rows = sum(len(x) - 1 for t in batches for x in t)
@@ -271,7 +231,7 @@ def test_each_microbatch_of_a_schedule_is_measured_with_its_own_pad_rows(model, 
 
 
 def test_measuring_changes_no_loss_and_no_gradient(model, glm_layout):
-    tokens = _samples(seed=SEED + 2)
+    tokens = random_samples(seed=SEED + 2)
     plain = ReplayFiller(model, glm_layout)
     records = _perturbed_everywhere(model, plain, glm_layout, tokens, seed=3)
     out = {}
@@ -291,7 +251,7 @@ def test_measuring_changes_no_loss_and_no_gradient(model, glm_layout):
 
 def test_a_filler_without_measure_counts_nothing_and_says_health_needs_it(model, glm_layout):
     measuring = ReplayFiller(model, glm_layout, measure=True)
-    tokens = _samples(seed=SEED + 3)
+    tokens = random_samples(seed=SEED + 3)
     records = _perturbed_everywhere(model, measuring, glm_layout, tokens, seed=4)
     plain = ReplayFiller(model, glm_layout)  # the same routers; its fills disarm their meters
     plain.fill(records, tokens)
@@ -303,73 +263,19 @@ def test_a_filler_without_measure_counts_nothing_and_says_health_needs_it(model,
 
 # -- no host reads inside routers ---------------------------------------------------------------
 
-# Tensor methods that read device memory on the host (a device->host copy, or a sync, on a GPU).
-HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
-# aten ops whose result or output size depends on tensor values (a device sync on a GPU).
-SYNC_OPS = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "item", "is_nonzero")
-
-
-@contextmanager
-def _host_reads_inside_routers(routers):
-    """Counts host reads made while a router's __call__ runs (its hooks included): patched Tensor
-    methods, and value-dependent aten ops seen by a TorchDispatchMode. Each event is tagged with
-    whether sglang_r3 code is on the stack."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    events = []
-    depth = [0]
-
-    def ours() -> bool:
-        f = sys._getframe(2)
-        while f is not None:
-            if f"{os.sep}sglang_r3{os.sep}" in f.f_code.co_filename:
-                return True
-            f = f.f_back
-        return False
-
-    def patched(name, original):
-        def method(self, *a, **k):
-            if depth[0]:
-                events.append((name, ours()))
-            return original(self, *a, **k)
-
-        return method
-
-    class Ops(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if depth[0] and func.overloadpacket.__name__ in SYNC_OPS:
-                events.append((func.overloadpacket.__name__, ours()))
-            return func(*args, **(kwargs or {}))
-
-    originals = {n: getattr(torch.Tensor, n) for n in HOST_READS}
-    enter = lambda m, a: depth.__setitem__(0, depth[0] + 1)  # noqa: E731
-    leave = lambda m, a, o: depth.__setitem__(0, depth[0] - 1)  # noqa: E731
-    handles = [h for r in routers for h in (r.register_forward_pre_hook(enter, prepend=True), r.register_forward_hook(leave))]
-    for n, fn in originals.items():
-        setattr(torch.Tensor, n, patched(n, fn))
-    try:
-        with Ops():
-            yield events
-    finally:
-        for n, fn in originals.items():
-            setattr(torch.Tensor, n, fn)
-        for h in handles:
-            h.remove()
-
-
 def test_measuring_routers_read_nothing_back_to_the_host(model, glm_layout):
     """CPU stand-in for a GPU sync check: inside every router's call (hooks included) no host read is
     made by our code, and measuring adds none to what Megatron's router does itself (the same
     events with measure off). It cannot see a kernel's implicit sync; benchmarks/gpu_check.py counts those on CUDA
     with torch.cuda.set_sync_debug_mode."""
-    tokens = _samples(seed=SEED + 4)
+    tokens = random_samples(seed=SEED + 4)
     plain = ReplayFiller(model, glm_layout)
     records = _perturbed_everywhere(model, plain, glm_layout, tokens, seed=5)
     seen = {}
     for measure in (False, True):
         filler = ReplayFiller(model, glm_layout, measure=measure)
         filler.fill(records, tokens)
-        with _host_reads_inside_routers([s.router for s in filler.sites]) as events:
+        with host_reads_inside_routers([s.router for s in filler.sites]) as events:
             _train_step(model, filler, tokens)
         seen[measure] = list(events)
         if measure:
@@ -388,7 +294,7 @@ def test_the_counter_sees_a_host_read_planted_in_a_router(model, glm_layout):
 
     h = site.router.register_forward_pre_hook(planted)
     try:
-        with _host_reads_inside_routers([site.router]) as events:
+        with host_reads_inside_routers([site.router]) as events:
             with torch.no_grad():
                 site.router(torch.randn(5, 1, 64))
     finally:
@@ -446,7 +352,7 @@ class _SlimePatchedSite:
 
 def test_a_slime_style_compute_topk_is_measured_through_the_same_meter(model, glm_layout):
     filler = ReplayFiller(model, glm_layout)
-    tokens = _samples(seed=SEED + 5)
+    tokens = random_samples(seed=SEED + 5)
     records = _perturbed_everywhere(model, filler, glm_layout, tokens, seed=6)
     packed = pack_rows([r.experts for r in records], glm_layout.num_experts)
     per_layer = packed.layer_tensors()
@@ -482,7 +388,7 @@ def test_a_slime_style_compute_topk_is_measured_through_the_same_meter(model, gl
             book.arm(False)
     counts = book.read()
     own = {s.layer_id: _own_sets_on(s, seen[s.layer_id][0], glm_layout.topk) for s in filler.decoder_sites}
-    flips, tokens_flipped = _plain_count(records, tokens, own, glm_layout)
+    flips, tokens_flipped = count_flips(records, tokens, own, glm_layout)
     assert counts.flipped == tuple(flips[lid] for lid in (1, 2, 3)) and sum(counts.flipped) >= 10
     assert counts.tokens_flipped == tokens_flipped and counts.rows == sum(len(t) - 1 for t in tokens)
 
@@ -499,7 +405,7 @@ def bf16_server():
     if url := os.environ.get("SGLANG_R3_TEST_URL_BF16"):
         yield url
         return
-    from tests.servers import ServerProcess
+    from tests.support.servers import ServerProcess
 
     proc = ServerProcess(BF16_FLAGS).start()
     try:

@@ -14,7 +14,7 @@ from megatron_cpu import RouterSpy, TinyMoeSpec, build_gpt, causal_mask
 from replay_helpers import synthetic_batch
 from sglang_r3.core.record import RecordError
 from sglang_r3.trainer import ReplayError, ReplayFiller, pack_rows
-from sglang_r3.trainer.core import state_of
+from sglang_r3.trainer.routers import state_of
 
 pytestmark = pytest.mark.fast
 

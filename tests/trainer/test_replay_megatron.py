@@ -25,7 +25,7 @@ def test_seed_001_glm47_decoder_routers_replay_records_mtp_routers_live(gpt_mtp1
     model, layout = gpt_mtp1, glm_layout
     records, tokens = synthetic_batch(layout, LENGTHS, seed=1)
 
-    with caplog.at_level(logging.INFO, logger="sglang_r3.trainer.filler"):
+    with caplog.at_level(logging.INFO, logger="sglang_r3.trainer.megatron"):
         filler = ReplayFiller(model, layout)
     assert [s.layer_id for s in filler.decoder_sites] == [1, 2, 3]
     assert [(s.layer_id, s.depth) for s in filler.mtp_sites] == [(4, 1)]

@@ -10,7 +10,7 @@ activation recompute run under ``replay_backward``), one ``health(model)`` read 
 
 Oracle: megatron's own router top-k (``topk_routing_with_score_function`` before slime's patch) on the very
 inputs the replayed training forward gave each router, compared with the records by a plain count of sets
-(test_health's ``_plain_count``); the model's own routing comes from a ``fallthrough`` forward.
+(test_health's ``count_flips``); the model's own routing comes from a ``fallthrough`` forward.
 """
 
 from __future__ import annotations
@@ -23,15 +23,17 @@ import pytest
 import torch
 
 import slime_reference as slime
-from megatron_cpu import causal_mask
-from test_health import _chosen, _host_reads_inside_routers, _perturb, _plain_count, _records, _samples
-from test_slime_integration import (  # noqa: F401  (fixtures: the slime training process, its cleanup)
+from health_helpers import host_reads_inside_routers, random_samples, records_from_rows
+from slime_helpers import (  # noqa: F401  (fixtures)
     STAGE,
     Spy,
-    _clean_slime_state,
     build_slime_model,
     chunks_of,
-    mtp_oracle,
+    clean_slime_state,
+    own_routing,
+    packed_inputs,
+    plain_counts,
+    planted,
     slime_process,
     upstream,
 )
@@ -54,17 +56,6 @@ def _slime_compute_topk_as_installed():
     slime.get_routing_replay_compute_topk = original
 
 
-def _packed(tokens):
-    """One microbatch as slime feeds it with THD packing: samples back to back, each attending to itself
-    (positions from 0 per sample), so a sample's pad row reaches no other row's router."""
-    ids = torch.cat(tokens).reshape(1, -1)
-    S = ids.shape[1]
-    sample = torch.repeat_interleave(torch.arange(len(tokens)), torch.tensor([len(t) for t in tokens]))
-    mask = causal_mask(S) | (sample[:, None] != sample[None, :])[None, None]
-    pos = torch.cat([torch.arange(len(t)) for t in tokens]).reshape(1, S)
-    return ids, pos, mask
-
-
 def _pass(model, batches, forward_only: bool):
     """One ``forward_backward_func`` over token batches; training: forward_step as model.py's."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -72,7 +63,7 @@ def _pass(model, batches, forward_only: bool):
     data = iter(batches)
 
     def forward_step(data_iterator, m):
-        ids, pos, mask = _packed(next(data_iterator))
+        ids, pos, mask = packed_inputs(next(data_iterator))
         if not forward_only:  # train_one_step.forward_step: replay_forward around the model call only
             old_stage = os.environ[STAGE]
             os.environ[STAGE] = "replay_forward"
@@ -120,59 +111,6 @@ def slime_step(model, microbatches, layout, *, measure=True, steps=None, spy=Non
     return reads, losses, grads
 
 
-def decoder_sites(model, layout):
-    return [s for s in find_routers(model, layout.num_hidden_layers) if not s.is_mtp]
-
-
-def own_routing(model, layout, batches):
-    """Per microbatch: layer id -> [S, topk], what each decoder router picks in a train-mode forward
-    with nothing replayed (slime's fallthrough stage)."""
-    sites = decoder_sites(model, layout)
-    out = []
-    os.environ[STAGE] = "fallthrough"
-    spy = Spy(model)
-    try:
-        model.train()
-        with torch.no_grad():
-            for tokens in batches:
-                ids, pos, mask = _packed(tokens)
-                model(ids, pos, mask, labels=torch.roll(ids, -1, 1))
-    finally:
-        spy.close()
-        os.environ.pop(STAGE, None)
-    for m in range(len(batches)):
-        out.append({s.layer_id: _chosen(spy.calls[(s.chunk, s.path)][m]["map"], layout.topk) for s in sites})
-    return out
-
-
-def planted(model, layout, batches, seed, per_layer=4):
-    """Records equal to the model's own routing but in ``per_layer`` record rows of every MoE layer, where
-    one expert is swapped for one outside the set (a flip planted in each layer of each microbatch)."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for tokens, own in zip(batches, own_routing(model, layout, batches)):
-        offs = np.cumsum([0] + [len(t) for t in tokens[:-1]])
-        record_rows = np.concatenate([np.arange(o, o + len(t) - 1) for o, t in zip(offs, tokens)])
-        changed = {lid: _perturb(rows, rng.choice(record_rows, per_layer, replace=False), layout.num_experts)
-                   for lid, rows in own.items()}
-        out.append((_records(layout, tokens, changed), tokens))
-    return out
-
-
-def plain_counts(model, layout, microbatches, spy):
-    """Per microbatch (flips per layer, tokens with a flip), by megatron's own top-k of what each decoder
-    router was given in the training forward (not its recompute), against the records, counted with sets."""
-    out = []
-    for m, (records, tokens) in enumerate(microbatches):
-        own = {}
-        for s in decoder_sites(model, layout):
-            calls = [c for c in spy.calls[(s.chunk, s.path)] if c["phase"] == "train" and not c["recompute"]]
-            _, routing_map = mtp_oracle(s.router, calls[m])  # megatron's own routing of that input
-            own[s.layer_id] = _chosen(routing_map, layout.topk)
-        out.append(_plain_count(records, tokens, own, layout))
-    return out
-
-
 def record_rows(microbatches):
     return sum(len(t) - 1 for _, tokens in microbatches for t in tokens)
 
@@ -186,9 +124,9 @@ def test_records_equal_to_the_models_own_routing_count_no_flip_in_slimes_step(
 ):
     model = slime_process(mtp_layers, recompute)
     layout = glm_layout if mtp_layers == 1 else mtp3_layout
-    batches = [_samples(lens, seed=70 + m) for m, lens in enumerate(MICROBATCHES)]
+    batches = [random_samples(lens, seed=70 + m) for m, lens in enumerate(MICROBATCHES)]
     own = own_routing(model, layout, batches)
-    mbs = [(_records(layout, tokens, rows), tokens) for tokens, rows in zip(batches, own)]
+    mbs = [(records_from_rows(layout, tokens, rows), tokens) for tokens, rows in zip(batches, own)]
     # slime's pad rows (one per sample) replay ids its own preparation chose, not the router's: were
     # they counted, there would be flips.
     pad_differs = 0
@@ -218,7 +156,7 @@ def test_planted_flips_are_counted_as_megatrons_own_router_finds_them_each_step(
     was given in the replayed training forward. Two training steps (slime's num_microbatches = [1, 2]):
     each read holds its own step's microbatches."""
     model = slime_process(1, recompute)
-    batches = [_samples(lens, seed=80 + m) for m, lens in enumerate(MICROBATCHES)]
+    batches = [random_samples(lens, seed=80 + m) for m, lens in enumerate(MICROBATCHES)]
     mbs = planted(model, glm_layout, batches, seed=recompute)
     spy = Spy(model)
     try:
@@ -243,7 +181,7 @@ def test_planted_flips_are_counted_as_megatrons_own_router_finds_them_each_step(
 
 def test_measuring_on_or_off_gives_bit_identical_losses_and_gradients(slime_process, glm_layout):
     model = slime_process(1, recompute=True)
-    batches = [_samples(lens, seed=90 + m) for m, lens in enumerate(MICROBATCHES)]
+    batches = [random_samples(lens, seed=90 + m) for m, lens in enumerate(MICROBATCHES)]
     mbs = planted(model, glm_layout, batches, seed=9)
     out = {}
     for measure in (False, True):
@@ -260,12 +198,12 @@ def test_measuring_routers_read_nothing_back_to_the_host_in_slimes_step(slime_pr
     """test_health's counter (patched Tensor host reads and value-dependent aten ops while a router's call
     runs, its hooks and slime's compute_topk included) over slime's whole step, measure off and on."""
     model = slime_process(1, recompute=True)
-    batches = [_samples(lens, seed=100 + m) for m, lens in enumerate(MICROBATCHES)]
+    batches = [random_samples(lens, seed=100 + m) for m, lens in enumerate(MICROBATCHES)]
     mbs = planted(model, glm_layout, batches, seed=10)
     all_routers = [s.router for s in find_routers(model, glm_layout.num_hidden_layers)]
     seen = {}
     for measure in (False, True):
-        with _host_reads_inside_routers(all_routers) as events:
+        with host_reads_inside_routers(all_routers) as events:
             reads, _, _ = slime_step(model, mbs, glm_layout, measure=measure)
         seen[measure] = list(events)
         if measure:
@@ -277,7 +215,7 @@ def test_measuring_routers_read_nothing_back_to_the_host_in_slimes_step(slime_pr
 
 def test_mtp_routers_live_rows_are_reported_apart_from_the_replayed_layers(slime_process, mtp3_layout):
     model = slime_process(3, recompute=True)
-    batches = [_samples(lens, seed=110 + m) for m, lens in enumerate(MICROBATCHES)]
+    batches = [random_samples(lens, seed=110 + m) for m, lens in enumerate(MICROBATCHES)]
     mbs = planted(model, mtp3_layout, batches, seed=11)
     spy = Spy(model)
     try:
@@ -303,7 +241,7 @@ def test_mtp_routers_live_rows_are_reported_apart_from_the_replayed_layers(slime
 
 def test_health_needs_a_measuring_fill_and_a_fill_without_it_stops_counting(slime_process, glm_layout):
     model = slime_process(1)
-    batches = [_samples(lens, seed=120 + m) for m, lens in enumerate(MICROBATCHES)]
+    batches = [random_samples(lens, seed=120 + m) for m, lens in enumerate(MICROBATCHES)]
     mbs = planted(model, glm_layout, batches, seed=12)
     slime_step(model, mbs, glm_layout, measure=True)  # reads once, leaves counters at zero
     slime_step(model, mbs, glm_layout, measure=False)
@@ -318,7 +256,7 @@ def test_measure_without_slimes_compute_topk_is_refused_before_any_replay_is_tou
     slime_process, glm_layout, monkeypatch
 ):
     model = slime_process(1)
-    batches = [_samples(lens, seed=130 + m) for m, lens in enumerate(MICROBATCHES)]
+    batches = [random_samples(lens, seed=130 + m) for m, lens in enumerate(MICROBATCHES)]
     mbs = planted(model, glm_layout, batches, seed=13)
     fill_routing_replay(model, mbs[:1], glm_layout)
     before = [[t.clone() for t in r.top_indices_list] for r in slime.RoutingReplay.all_routing_replays]

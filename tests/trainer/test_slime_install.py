@@ -17,7 +17,6 @@ against megatron's own top-k of what each router was given in the training forwa
 from __future__ import annotations
 
 import collections
-import json
 import os
 import re
 import shutil
@@ -28,14 +27,18 @@ import torch
 
 import slime_actor_reference as sar
 import slime_reference as slime
-from megatron_cpu import TinyMoeSpec, build_gpt, routers
+from health_helpers import random_samples
 from replay_helpers import synthetic_batch
-from test_health import _records, _samples
-from test_slime_health import plain_counts, planted
-from test_slime_integration import GLM_STYLE, RECOMPUTE, STAGE, Spy, chosen, mtp_oracle, slime_rows, upstream
-from sglang_r3.core import settings
+from slime_actor_helpers import (  # noqa: F401  (fixtures)
+    MICRO_BATCH_INDICES,
+    NUM_MICROBATCHES,
+    hf_checkpoints,
+    slime_trainer,
+    start_actor,
+)
+from slime_helpers import Spy, chosen, mtp_oracle, plain_counts, planted, slime_rows, upstream
 from sglang_r3.trainer import slime as r3_slime
-from sglang_r3.trainer.slime import INSTALL_PATH, SlimeInstallError, install
+from sglang_r3.trainer.slime import SlimeInstallError, install
 from sglang_r3.core.layout import layout_from_model_path
 from sglang_r3.core.record import RecordError
 
@@ -45,69 +48,6 @@ torch.set_num_threads(1)
 
 # Samples 0..4; slime's schedule (micro_batch_indices) takes them out of order, two training steps.
 LENGTHS = [5, 7, 9, 4, 6]
-MICRO_BATCH_INDICES = [[2], [4, 0], [1, 3]]
-NUM_MICROBATCHES = [1, 2]
-
-
-@pytest.fixture(scope="module")
-def hf_checkpoints(tmp_path_factory):
-    """--hf-checkpoint per MTP count: the embedded GLM-style checkpoint's config (1 MTP layer), and the same
-    with num_nextn_predict_layers=3 (config.json is what the layout is read from)."""
-    from sglang_r3.dev.embedded import ensure_embedded_model
-
-    one = str(ensure_embedded_model())
-    three = tmp_path_factory.mktemp("glm_mtp3")
-    cfg = json.load(open(os.path.join(one, "config.json")))
-    cfg["num_nextn_predict_layers"] = 3
-    (three / "config.json").write_text(json.dumps(cfg))
-    return {1: one, 3: str(three)}
-
-
-@pytest.fixture
-def slime_trainer(megatron_cpu, monkeypatch):
-    """A slime training process: the stand-in under slime's module names, ENABLE_ROUTING_REPLAY=1 (slime's
-    actor_group.py sets it for the actor role), models built by MegatronTrainRayActor.init after init(args)."""
-    undo = slime.install()
-    undo_actor = sar.install_actor()
-    original_topk_factory = slime.get_routing_replay_compute_topk
-    monkeypatch.setenv("ENABLE_ROUTING_REPLAY", "1")
-    monkeypatch.delenv(r3_slime.HEALTH_ENV, raising=False)
-    settings.current.cache_clear()  # install reads SGLANG_R3_HEALTH once, as set by the test
-    try:
-        yield
-    finally:
-        settings.current.cache_clear()
-        slime.get_routing_replay_compute_topk = original_topk_factory  # the health wrap is once per process
-        try:
-            undo_actor()
-        finally:
-            undo()
-        os.environ.pop(STAGE, None)
-        slime.RoutingReplay.all_routing_replays = []
-
-
-def build_model(mtp_layers: int, seed: int):
-    def build(args):
-        model = build_gpt(TinyMoeSpec(mtp_layers=mtp_layers, routing_replay=False), seed=seed,
-                          **GLM_STYLE, **RECOMPUTE)
-        g = torch.Generator().manual_seed(seed)
-        for _, r in routers(model):  # a trained GLM's bias moves the top-k
-            r.expert_bias.copy_(torch.randn(r.expert_bias.shape, generator=g) * 0.05)
-        return [model]
-
-    return build
-
-
-def start_actor(hf_checkpoints, mtp_layers, *, seed=41, **overrides):
-    """slime's MegatronTrainRayActor.init with --custom-megatron-init-path sglang_r3.trainer.slime.install."""
-    slime.RoutingReplay.all_routing_replays = []
-    sar.BUILD_MODEL = build_model(mtp_layers, seed)
-    kw = dict(custom_megatron_init_path=INSTALL_PATH, hf_checkpoint=hf_checkpoints[mtp_layers],
-              mtp_num_layers=mtp_layers)
-    kw.update(overrides)
-    actor = sar.MegatronTrainRayActor()
-    actor.init(sar.default_args(**kw))
-    return actor
 
 
 def rollout_data(samples_tokens, routed, indices=MICRO_BATCH_INDICES, steps=NUM_MICROBATCHES, **extra):
@@ -193,7 +133,7 @@ def test_init_hook_installs_the_fill_on_slimes_class_before_the_model_is_built(s
 def test_without_the_hook_slimes_own_fill_raises_the_seed_assertion(slime_trainer, hf_checkpoints):
     actor = start_actor(hf_checkpoints, 1, custom_megatron_init_path=None)
     layout = layout_from_model_path(hf_checkpoints[1])
-    tokens = _samples(LENGTHS, seed=3)
+    tokens = random_samples(LENGTHS, seed=3)
     routed = [torch.zeros((len(t) - 1, layout.num_hidden_layers, layout.topk), dtype=torch.int32) for t in tokens]
     with pytest.raises(AssertionError):
         actor.train_actor(0, rollout_data(tokens, routed))
@@ -218,7 +158,7 @@ def test_train_actor_replays_decoder_rows_by_identity_and_mtp_routes_live(
 ):
     actor = start_actor(hf_checkpoints, mtp_layers, seed=41 + mtp_layers, enable_mtp_training=mtp_training)
     layout = layout_from_model_path(hf_checkpoints[mtp_layers])
-    tokens = _samples(LENGTHS, seed=50 + mtp_layers)
+    tokens = random_samples(LENGTHS, seed=50 + mtp_layers)
     records, routed = _upstream_arrays(layout, tokens, seed=mtp_layers)
     data = rollout_data(tokens, routed)
     model = actor.model
@@ -278,7 +218,7 @@ def test_reused_log_probs_skip_the_log_prob_pass_and_every_replay_is_still_consu
     training forward is the first replay_forward pass."""
     actor = start_actor(hf_checkpoints, 1, enable_mtp_training=True)
     layout = layout_from_model_path(hf_checkpoints[1])
-    tokens = _samples(LENGTHS, seed=60)
+    tokens = random_samples(LENGTHS, seed=60)
     _, routed = _upstream_arrays(layout, tokens, seed=60)
     actor.train_actor(0, rollout_data(tokens, routed, indices=[[0, 1, 2], [3, 4]], steps=[2]))
     assert cursors_at_clear_all == [[(2, 2, 2)] * 3 + [(0, 0, 0)]]
@@ -339,7 +279,7 @@ def test_health_opt_in_puts_each_steps_exact_counts_into_slimes_train_log(
     actor = start_actor(hf_checkpoints, mtp_layers, seed=71 + mtp_layers, enable_mtp_training=mtp_training)
     assert sar.train_one_step._r3_slime_health  # model.train calls it by name
     layout = layout_from_model_path(hf_checkpoints[mtp_layers])
-    want = run_step_with_health(actor, layout, _samples(LENGTHS, seed=80 + mtp_layers), mtp_layers, mtp_training)
+    want = run_step_with_health(actor, layout, random_samples(LENGTHS, seed=80 + mtp_layers), mtp_layers, mtp_training)
     assert [d["train/step"] for d in sar.LOGGED] == [0, 1]
     for d, w in zip(sar.LOGGED, want):
         check_logged(d, w, layout)
@@ -365,7 +305,7 @@ def _dp_rank(rank: int, port: int, results, checkpoint: str) -> None:
         slime_actor_reference.install_actor()
         actor = t.start_actor({1: checkpoint}, 1, seed=72, enable_mtp_training=True)  # same weights: DP replicas
         layout = layout_from_model_path(checkpoint)
-        want = t.run_step_with_health(actor, layout, t._samples(t.LENGTHS, seed=300 + rank), 5 + rank, True)
+        want = t.run_step_with_health(actor, layout, t.random_samples(t.LENGTHS, seed=300 + rank), 5 + rank, True)
         results.put((rank, want, list(slime_actor_reference.LOGGED)))
     except BaseException:
         results.put((rank, "error", traceback.format_exc()))
@@ -413,7 +353,7 @@ def test_records_in_forwarded_metadata_are_checked_and_replayed(slime_trainer, h
     ``metadata[i]["r3_routing"]`` and the installed fill replays it, digest checked; swapped records fail."""
     actor = start_actor(hf_checkpoints, 1)
     layout = layout_from_model_path(hf_checkpoints[1])
-    tokens = _samples(LENGTHS, seed=90)
+    tokens = random_samples(LENGTHS, seed=90)
     records, _ = _upstream_arrays(layout, tokens, seed=90)
     metadata = [{"r3_routing": r.to_wire()} for r in records]
     data = rollout_data(tokens, None, metadata=metadata)

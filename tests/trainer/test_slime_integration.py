@@ -14,15 +14,26 @@ replayed forward; each replay's cursors are slime's ``assert_all_consumed``; MTP
 from __future__ import annotations
 
 import os
-from typing import Dict, List
 
 import numpy as np
 import pytest
 import torch
 
 import slime_reference as slime
-from megatron_cpu import TinyMoeSpec, build_gpt, causal_mask, routers
+from megatron_cpu import causal_mask, routers
 from replay_helpers import replace_layer, synthetic_batch
+from slime_helpers import (  # noqa: F401  (fixtures)
+    STAGE,
+    Spy,
+    build_slime_model,
+    chosen,
+    chunks_of,
+    clean_slime_state,
+    mtp_oracle,
+    slime_process,
+    slime_rows,
+    upstream,
+)
 from sglang_r3.trainer.slime import fill_routing_replay
 from sglang_r3.core.record import RecordError
 from sglang_r3.trainer import ModelMismatchError, ReplayError
@@ -32,135 +43,18 @@ pytestmark = pytest.mark.fast
 
 torch.set_num_threads(1)
 
-STAGE = "ROUTING_REPLAY_STAGE"
 MICROBATCHES = [[5, 7], [9, 3]]  # two microbatches of 12 tokens (the pipeline's p2p shape is fixed)
-GLM_STYLE = dict(moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True,
-                 moe_router_topk_scaling_factor=2.5)
-RECOMPUTE = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-
-
-# -- a slime training process: the patch applied, ENABLE_ROUTING_REPLAY=1 while the model is built ---------
-
-def build_slime_model(mtp_layers: int, recompute: bool, seed: int, virtual: int = None, **overrides):
-    """A GLM-style model built as slime's actor builds it; returns (model, the replays it registered).
-    virtual: that many model chunks (virtual pipeline stages), returned as slime's list of chunks."""
-    slime.RoutingReplay.all_routing_replays = []
-    spec = TinyMoeSpec(mtp_layers=mtp_layers, routing_replay=False)
-    kw = {**GLM_STYLE, **(RECOMPUTE if recompute else {}), **overrides}
-    if virtual:
-        model = [build_gpt(spec, seed=seed, vp_stage=v, virtual_pipeline_model_parallel_size=virtual, **kw)
-                 for v in range(virtual)]
-    else:
-        model = build_gpt(spec, seed=seed, **kw)
-    g = torch.Generator().manual_seed(seed)
-    for chunk in chunks_of(model):
-        for _, r in routers(chunk):  # a trained GLM's bias moves the top-k; zeros would hide a missing bias
-            r.expert_bias.copy_(torch.randn(r.expert_bias.shape, generator=g) * 0.05)
-    return model, list(slime.RoutingReplay.all_routing_replays)
-
-
-@pytest.fixture(scope="module")
-def slime_process(megatron_cpu):
-    undo = slime.install()
-    saved = {k: os.environ.get(k) for k in ("ENABLE_ROUTING_REPLAY", STAGE)}
-    os.environ["ENABLE_ROUTING_REPLAY"] = "1"  # slime/ray/actor_group.py sets it for R3 actors
-    models: Dict[tuple, tuple] = {}
-
-    def get(mtp_layers: int, recompute: bool = False):
-        key = (mtp_layers, recompute)
-        if key not in models:
-            models[key] = build_slime_model(mtp_layers, recompute, seed=31 + 10 * mtp_layers + recompute)
-        model, replays = models[key]
-        slime.RoutingReplay.all_routing_replays = replays  # one model per slime process
-        return model
-
-    try:
-        yield get
-    finally:
-        undo()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@pytest.fixture(autouse=True)
-def _clean_slime_state():
-    yield
-    os.environ.pop(STAGE, None)
-    if slime.RoutingReplay.all_routing_replays:
-        slime.RoutingReplay.clear_all()
-    from megatron.core.transformer.moe.moe_utils import get_moe_layer_wise_logging_tracker
-
-    get_moe_layer_wise_logging_tracker().clear()
 
 
 def layout_for(glm_layout, mtp3_layout, mtp_layers):
     return glm_layout if mtp_layers == 1 else mtp3_layout
 
 
-def upstream(record, layout) -> torch.Tensor:
-    """The record as upstream SGLang returns it and slime stores it: int32 [T-1, num_layers, topk], dense 0."""
-    out = torch.zeros((record.num_tokens, layout.num_hidden_layers, layout.topk), dtype=torch.int32)
-    out[:, list(record.layers)] = torch.from_numpy(record.experts.astype(np.int32))
-    return out
-
-
 def make_microbatches(layout, lengths=MICROBATCHES, seed=0):
     return [synthetic_batch(layout, lens, seed=seed + 100 * m) for m, lens in enumerate(lengths)]
 
 
-def slime_rows(layout, microbatch, layer_id) -> np.ndarray:
-    """slime's own preparation of the microbatch (cp_utils.py), the layer's column, ids sorted per row."""
-    records, tokens = microbatch
-    x = slime.prepare_routed_experts_for_routing_replay(
-        [upstream(r, layout) for r in records], tokens, num_experts=layout.num_experts
-    )
-    return np.sort(x[:, layer_id].numpy(), axis=1)
-
-
 # -- slime's step: actor.py train_actor with model.py forward_only / train_one_step -------------------------
-
-def chunks_of(model) -> list:
-    return list(model) if isinstance(model, (list, tuple)) else [model]
-
-
-class Spy:
-    """Per router call, keyed by (chunk, path): pass, whether it ran inside autograd's backward (a
-    recompute), input, output."""
-
-    def __init__(self, model):
-        self.phase = None
-        self.calls: Dict[tuple, List[dict]] = {}
-        self._handles = [
-            r.register_forward_hook(self._hook((c, n)))
-            for c, chunk in enumerate(chunks_of(model)) for n, r in routers(chunk)
-        ]
-
-    def _hook(self, name):
-        def hook(module, args, output):
-            probs, routing_map = output
-            self.calls.setdefault(name, []).append({
-                "phase": self.phase,
-                "recompute": torch._C._current_graph_task_id() != -1,
-                "x": args[0].detach().clone(),
-                "probs": probs.detach().clone(),
-                "map": routing_map.detach().clone(),
-            })
-
-        return hook
-
-    def close(self):
-        for h in self._handles:
-            h.remove()
-
-
-def chosen(call) -> np.ndarray:
-    m = call["map"]
-    k = int(m.sum(dim=1)[0])
-    return torch.sort(torch.nonzero(m)[:, 1].reshape(-1, k), dim=1).values.numpy()
-
 
 def _schedule(model, microbatches, forward_only: bool, train_forward_step: bool):
     from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -210,19 +104,6 @@ def slime_r3_step(model, microbatches, fill, spy=None) -> dict:
         spy.phase = "train"
     _schedule(model, microbatches, forward_only=False, train_forward_step=True)
     return {"after_log_prob": after_log_prob}
-
-
-def mtp_oracle(router, call):
-    """megatron's own routing (before slime's patch) of the input this MTP router saw in that forward."""
-    cfg = router.config
-    with torch.no_grad():
-        logits = router.gating(call["x"]).view(-1, cfg.num_moe_experts)
-        probs, routing_map = slime.ORIGINAL_TOPK_ROUTING(
-            logits, router.topk, use_pre_softmax=cfg.moe_router_pre_softmax, num_groups=cfg.moe_router_num_groups,
-            group_topk=cfg.moe_router_group_topk, scaling_factor=cfg.moe_router_topk_scaling_factor,
-            score_function=router.score_function, expert_bias=router.expert_bias, fused=False, router_replay=None,
-        )
-    return probs, routing_map
 
 
 def check_step(model, layout, microbatches, spy, recompute: bool, mtp_here: bool = True):

@@ -26,7 +26,7 @@ import torch
 
 import slime_reference as slime
 import slime_rollout_reference as srr
-from test_slime_install import (  # noqa: F401  (fixtures)
+from slime_actor_helpers import (  # noqa: F401  (fixtures)
     MICRO_BATCH_INDICES,
     NUM_MICROBATCHES,
     hf_checkpoints,

@@ -119,7 +119,7 @@ MULTI_LAYER_MTP_ARCHITECTURES: Tuple[str, ...] = tuple(
 # Architectures whose SGLang 0.5.23 model builds its own lm_head whatever tie_word_embeddings says, and loads
 # lm_head.weight, which a tied checkpoint does not hold (transformers' save_pretrained writes the embedding once):
 # served tied, the head keeps its initial values (OLMoE tied: every greedy logprob off transformers'; the rows,
-# SGLang's own forward over its own tokens, still agreed). tests/sweep.py builds every ruled architecture with
+# SGLang's own forward over its own tokens, still agreed). tests/scripts/sweep.py builds every ruled architecture with
 # tie_word_embeddings true and checks this set against the head SGLang builds.
 # Each family module lists its own (its UNTIED_HEAD_ARCHITECTURES).
 UNTIED_HEAD_ARCHITECTURES: FrozenSet[str] = _UNTIED

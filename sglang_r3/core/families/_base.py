@@ -68,7 +68,7 @@ class Family:
     # neither defines nor saves: key -> (the value the releases publish, where SGLang reads it). A checkpoint saved
     # by transformers lacks them
     # and SGLang's scheduler stops on an AttributeError while building the model. Start-up refuses such a
-    # checkpoint naming --model-path, the key and the value to add (serving/patches/startup_checks.py).
+    # checkpoint naming --model-path, the key and the value to add (serving/refusals/startup.py).
     required_keys: Mapping[str, Tuple[Any, str]] = field(default_factory=dict)
 
     def __post_init__(self):

@@ -254,7 +254,7 @@ KEYS: Dict[str, Keys] = {
                           "moe_router_scaling_factor", "swiglu_limits_shared", "swiglu_limits", "sliding_window"),
         irrelevant={"hidden_act": "transformers' Step3p7TextConfig sets it to silu whatever the file says "
                                   "(__post_init__); SGLang's step3p5.py builds SiLU"},
-        # swiglu_limits: the CPU runtime clamps the routed experts as SGLang's CUDA runner (cpu/step3p5.py, held to
+        # swiglu_limits: the CPU runtime clamps the routed experts as SGLang's CUDA runner (cpu_runtime/families/step3p5.py, held to
         # transformers' Step3p7Experts in tests/test_cpu_step3p5.py); the flipped checkpoint serves a clamp of 0.002
         # with equal rows, though its routed experts move the logits too little for that forward alone to tell;
         # sliding_window as SGLang attends it (window + 1 keys: above)

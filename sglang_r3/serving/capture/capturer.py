@@ -84,7 +84,7 @@ class DeferredRows:
     # tokens' KV): applied after the rows land, in order.
     moves: list = field(default_factory=list)
     # Host-side row work queued after this forward in the same step (a PD decode engine's retraction keeps and puts
-    # back a request's rows, patches/pd_rows.py): run after the rows land and the moves, in order.
+    # back a request's rows, adapter/pd_rows.py): run after the rows land and the moves, in order.
     then: list = field(default_factory=list)
 
     def map_device_tensors(self, fn):

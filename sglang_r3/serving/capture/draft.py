@@ -61,7 +61,7 @@ class DraftStats:
     entries: int = 0
     resolved_rounds: int = 0
     # Draft forwards that filed nothing because one of their routers did not route the batch SGLang published
-    # for the forward (DP attention: not the gathered length, patches/dp_rows.py); counted once per forward.
+    # for the forward (DP attention: not the gathered length, adapter/dp_rows.py); counted once per forward.
     forwards_refused: int = 0
 
     def as_dict(self):
@@ -296,7 +296,7 @@ class DraftCapturer:
         if self._pending:
             self._pending = [t for t in self._pending if t[0] not in gone]
 
-    # -- PD disaggregation: a prompt's entries travel from the prefill engine (patches/pd_rows.py) ---------------
+    # -- PD disaggregation: a prompt's entries travel from the prefill engine (adapter/pd_rows.py) ---------------
     def prompt_entries(self, req_pool_idx: int) -> Optional[np.ndarray]:
         """On a prefill engine: the entries its draft-extend filed for this request's prompt, to travel with the
         KV (positions, depth, tokens, experts), or None when they cannot: the request did not ask for the MTP

@@ -42,7 +42,7 @@ class CapturedRouting:
     tokens_digest: Optional[str] = None  # of the request's prompt + completion token ids
     error: Optional[RoutingUnavailable] = None
     # PD on 0.5.15.post1: the weight version the prefill engine computed the prompt under, where it is not the decode
-    # engine's (patches/pd_rows.py); ``response.build`` adds it to the output's weight_versions spans.
+    # engine's (adapter/pd_rows.py); ``response.build`` adds it to the output's weight_versions spans.
     prefill_weight_version: Optional[str] = None
 
 

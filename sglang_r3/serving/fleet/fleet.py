@@ -6,7 +6,7 @@ engines in parallel, then starts ``sglang-router`` on the driver's node with eve
 driver holds the actors, so they live exactly as long as the fleet: ``stop()`` (or the driver's exit)
 ends engines, stores and gateway. An engine is one actor on one node holding ``num_gpus`` GPUs (its
 tensor-parallel size); SGLang's own multi-node placement (``--use-ray``, RayEngine) is refused by our
-launcher, because its scheduler actors would not get the capture patches (startup_checks.py).
+launcher, because its scheduler actors would not get the capture patches (refusals/startup.py).
 """
 
 from __future__ import annotations

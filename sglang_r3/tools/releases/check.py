@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from sglang_r3.serving.patches.manifest import Touch, entries
-from sglang_r3.serving.patches.versions import SERVED, nearest
+from sglang_r3.serving.seam.manifest import Touch, entries
+from sglang_r3.serving.seam.versions import SERVED, nearest
 from sglang_r3.tools.releases.source import (
     _HOPS, _PER_HOST, _SET_AT_IMPORT, Cls, Ext, Fn, Mod, Obj, Source, Unresolved, Val,
 )
@@ -21,7 +21,7 @@ Diff = Tuple[str, str]  # (target, why), in the words of manifest.check
 
 
 def _resolve(src: Source, target: str) -> Obj:
-    """As ``patches.resolve.resolve``: packages descended while the next part is a submodule, then attributes;
+    """As ``seam.resolve.resolve``: packages descended while the next part is a submodule, then attributes;
     an unresolvable name raises Unresolved with the error the import would raise."""
     parts = target.split(".")
     if not src.exists(parts[0]):

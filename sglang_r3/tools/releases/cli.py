@@ -4,7 +4,7 @@ never installed or imported).
 
 Start-up refuses a release outside ``SERVED`` by checking the manifest against the installed SGLang; this does the
 same check for every release in between without installing one, so the table says what each would be refused for
-and what it pins. Each target is resolved in the release's own sources with ``ast`` as ``patches.resolve`` would
+and what it pins. Each target is resolved in the release's own sources with ``ast`` as ``seam.resolve`` would
 import it (submodules, re-exports, module aliases, classes and their sglang bases, class bodies, dataclass fields,
 ``self.<attr> =``), its signature built as ``manifest.signature_of`` prints one, and each difference worded as
 ``manifest.check`` words it (tests/test_releases.py holds the two to the same answers on the installed SGLang).

@@ -10,7 +10,7 @@ import os
 from typing import Any, Optional, Sequence, Tuple
 
 from sglang_r3.core.layout import ModelLayout
-from sglang_r3.trainer.core import LiveRouting, RouterBinding, RouterState
+from sglang_r3.trainer.routers import LiveRouting, RouterBinding, RouterState
 from sglang_r3.trainer.discovery import RouterSite
 from sglang_r3.trainer.errors import ReplayError
 

@@ -13,7 +13,7 @@ import torch
 
 from sglang_r3.core.layout import ROLE_DENSE, ModelLayout
 from sglang_r3.core.record import RecordError, RoutingRecord
-from sglang_r3.trainer.core import pack_microbatches
+from sglang_r3.trainer.routers import pack_microbatches
 from sglang_r3.trainer.discovery import as_chunks
 from sglang_r3.trainer.errors import ReplayError
 from sglang_r3.trainer.model_check import model_config

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Dict, Tuple
 
-from sglang_r3.trainer.core import RouterBinding, current_meter, measured_compute_topk
+from sglang_r3.trainer.routers import RouterBinding, current_meter, measured_compute_topk
 from sglang_r3.trainer.errors import ReplayError
 from sglang_r3.trainer.health import HealthCounts
 from sglang_r3.trainer.slime.binding import replaying_forward

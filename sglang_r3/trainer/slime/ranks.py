@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import torch
 
-from sglang_r3.trainer.core import RouterBinding
+from sglang_r3.trainer.routers import RouterBinding
 from sglang_r3.trainer.health import HealthCounts
 
 

@@ -1,0 +1,1 @@
+"""Generators of docs tables from the code the tests check."""

@@ -1,0 +1,1 @@
+"""Scripts the tests run in child processes (by path or with ``python -m``)."""

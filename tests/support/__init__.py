@@ -1,0 +1,1 @@
+"""Helpers the test modules import, and the suite's pytest plugins (tiers, ordering)."""
