@@ -7,7 +7,7 @@ sglang-r3 patch is installed: no capture hooks, no draft wrappers, no response h
 ``SGLANG_R3_ENABLED`` stays unset, so our SGLang plugin is inert in every process.
 
 On a CPU-only host the CPU runtime is the one thing it shares with ours, because SGLang cannot run
-there without it: the libcuda stub, and ``sglang_r3.serving.cpu_runtime`` (torch versions of sgl-kernel's CPU
+there without it: the libcuda stub, and ``sglang_r3.cpu_runtime`` (torch versions of sgl-kernel's CPU
 speculative ops, TARGET_VERIFY for torch_native attention, gloo process groups for several ranks).
 
 ``--upstream-capture`` keeps ``--enable-return-routed-experts``: SGLang's own ``RoutedExpertsCapturer``
@@ -25,7 +25,7 @@ from sglang_r3.core import settings
 
 _here = settings.parse(os.environ)  # this process's own (a spawned child's: what the parent published)
 if _here.cpu and not _here.enabled:
-    from sglang_r3.serving.cpu_runtime import install_cpu_patches
+    from sglang_r3.cpu_runtime import install_cpu_patches
 
     install_cpu_patches()
 
@@ -38,7 +38,7 @@ def main() -> None:
     cpu = not has_gpu()
     if cpu:
         activate_cpu_runtime()
-        from sglang_r3.serving.cpu_runtime import install_cpu_patches
+        from sglang_r3.cpu_runtime import install_cpu_patches
 
         install_cpu_patches()
     upstream = "--upstream-capture" in sys.argv[1:]

@@ -1,4 +1,4 @@
-"""The CPU runtime's gated delta-net ops (sglang_r3/serving/cpu_runtime/ops/gdn.py) against transformers 5.19's own torch
+"""The CPU runtime's gated delta-net ops (sglang_r3/cpu_runtime/ops/gdn.py) against transformers 5.19's own torch
 code for Qwen3-Next and Qwen3.5 (``modeling_qwen3_next``: ``torch_chunk_gated_delta_rule``,
 ``torch_recurrent_gated_delta_rule``, ``causal_conv1d_fn`` / ``causal_conv1d_update``, ``Qwen3NextRMSNormGated``,
 ``Qwen3NextGatedDeltaNet``; ``modeling_qwen3_5_moe``: ``Qwen3_5MoeRMSNorm``, ``Qwen3_5MoeGatedDeltaNet``).
@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_r3.serving.cpu_runtime.ops import gdn
+from sglang_r3.cpu_runtime.ops import gdn
 
 pytestmark = pytest.mark.fast
 
@@ -340,7 +340,7 @@ def test_sglangs_cpu_wrappers_reach_the_ops_and_the_verify_conv_update_needs_the
         from sglang_r3.dev.cpu import activate_cpu_runtime, has_gpu
         if not has_gpu():
             activate_cpu_runtime()
-        from sglang_r3.serving.cpu_runtime.ops import gdn
+        from sglang_r3.cpu_runtime.ops import gdn
         added = gdn.register_gdn_ops()
         assert set(added) == set(gdn.IMPLEMENTATIONS), added
         assert gdn.register_gdn_ops() == []

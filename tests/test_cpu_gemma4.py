@@ -1,4 +1,4 @@
-"""The CPU runtime's Gemma-4 router (sglang_r3/serving/cpu_runtime/families/gemma4.py) against transformers 5.19's own
+"""The CPU runtime's Gemma-4 router (sglang_r3/cpu_runtime/families/gemma4.py) against transformers 5.19's own
 ``Gemma4TextRouter`` (``modeling_gemma4``): same probabilities, same top-k experts, for a router whose learned
 input scale is not uniform; and SGLang's own CPU path without the hook routes otherwise. With an image: the CPU
 runtime's image mask and the vision pooler (adapter/gemma4_vision.py) against transformers' own, and the
@@ -26,7 +26,7 @@ def test_the_router_is_transformers_and_sglangs_own_cpu_path_is_not():
         from transformers import Gemma4TextConfig
         from transformers.models.gemma4.modeling_gemma4 import Gemma4TextRouter
         from sglang.srt.models.gemma4_causal import Gemma4Router
-        from sglang_r3.serving.cpu_runtime.families import gemma4
+        from sglang_r3.cpu_runtime.families import gemma4
 
         cfg = Gemma4TextConfig(hidden_size=64, num_experts=8, top_k_experts=2, rms_norm_eps=1e-6)
         gen = torch.Generator().manual_seed(0)
@@ -53,7 +53,7 @@ def test_the_router_is_transformers_and_sglangs_own_cpu_path_is_not():
 
 
 def test_an_image_is_masked_pooled_and_refused_as_the_checkpoint_says():
-    """With an image in the prompt (sglang_r3/serving/cpu_runtime/families/gemma4.py, adapter/gemma4_vision.py):
+    """With an image in the prompt (sglang_r3/cpu_runtime/families/gemma4.py, adapter/gemma4_vision.py):
     the CPU runtime's sliding-window mask is transformers' ``create_masks_for_vision_model`` sliding mask (its full
     mask is causal: those layers are left as SGLang runs them); the vision pooler is transformers'
     ``Gemma4VisionPooler`` (SGLang's own, over padded patches, is not); and a request whose image's attention is
@@ -71,7 +71,7 @@ def test_an_image_is_masked_pooled_and_refused_as_the_checkpoint_says():
         from sglang.srt.managers.schedule_batch import Modality, MultimodalDataItem, MultimodalInputs
         from sglang.srt.models.gemma4_vision import Gemma4VisionPooler
         from sglang_r3.serving.adapter import gemma4_vision
-        from sglang_r3.serving.cpu_runtime.families import gemma4
+        from sglang_r3.cpu_runtime.families import gemma4
 
         # the mask: a 20-token prompt, an image at 3..11 and one at 14..16, a 4-token window
         length, window, images = 20, 4, [(3, 11), (14, 16)]

@@ -1,4 +1,4 @@
-"""The CPU runtime's gpt-oss attention sinks (sglang_r3/serving/cpu_runtime/families/gpt_oss.py) against transformers' own
+"""The CPU runtime's gpt-oss attention sinks (sglang_r3/cpu_runtime/families/gpt_oss.py) against transformers' own
 ``modeling_gpt_oss.eager_attention_forward``: alone (causal and sliding-window masks, grouped kv heads), and inside
 SGLang's ``TorchNativeAttnBackend`` per-request loops (paged KV gathered through ``req_to_token``, a cached prefix,
 one decode step), with our ``scaled_dot_product_attention`` in that module's namespace as the hook puts it."""
@@ -11,8 +11,8 @@ import types
 import pytest
 import torch
 
-from sglang_r3.serving.cpu_runtime.families import gpt_oss
-from sglang_r3.serving.seam.swap import swapped
+from sglang_r3.cpu_runtime.families import gpt_oss
+from sglang_r3.seam.swap import swapped
 
 
 torch.set_num_threads(1)

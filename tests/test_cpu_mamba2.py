@@ -1,5 +1,5 @@
-"""The CPU runtime's Mamba-2 kernels (sglang_r3/serving/cpu_runtime/ops/mamba2.py) and Nemotron-H MoE pieces
-(sglang_r3/serving/cpu_runtime/families/nemotron_h.py) against transformers 5.19's own torch code for Nemotron-H
+"""The CPU runtime's Mamba-2 kernels (sglang_r3/cpu_runtime/ops/mamba2.py) and Nemotron-H MoE pieces
+(sglang_r3/cpu_runtime/families/nemotron_h.py) against transformers 5.19's own torch code for Nemotron-H
 (``modeling_nemotron_h``: ``mamba2_chunk_scan`` -- the segment-sum SSD --, ``mamba2_selective_state_update``,
 ``causal_conv1d_fn`` / ``causal_conv1d_update``, ``NemotronHMoE`` with its ``NemotronHTopkRouter`` and
 ``NemotronHExperts``), each called through ``__wrapped__``: the torch path, whatever kernels are installed.
@@ -23,8 +23,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sglang_r3.serving.cpu_runtime.ops import mamba2
-from sglang_r3.serving.cpu_runtime.families import nemotron_h
+from sglang_r3.cpu_runtime.ops import mamba2
+from sglang_r3.cpu_runtime.families import nemotron_h
 
 pytestmark = pytest.mark.fast
 
@@ -273,7 +273,7 @@ def test_the_stand_ins_are_every_kernel_name_mambamixer2_forward_reads_and_are_b
         if not has_gpu():
             activate_cpu_runtime()
         from sglang.srt.layers.attention.mamba import mamba
-        from sglang_r3.serving.cpu_runtime.ops import mamba2
+        from sglang_r3.cpu_runtime.ops import mamba2
         convs = {"causal_conv1d_fn", "causal_conv1d_fn_triton", "causal_conv1d_update", "causal_conv1d_update_triton"}
         before = {n: mamba.__dict__.get(n) for n in mamba2._STAND_INS}
         assert all(before[n] is None for n in convs) and before["mamba_chunk_scan_combined"] is not None, before

@@ -1,4 +1,4 @@
-"""The CPU runtime's MiniMax-M2 QK norm (sglang_r3/serving/cpu_runtime/families/minimax_m2.py) against transformers' own
+"""The CPU runtime's MiniMax-M2 QK norm (sglang_r3/cpu_runtime/families/minimax_m2.py) against transformers' own
 ``MiniMaxM2RMSNorm`` over the whole q / k width, with the width split into TP shards as SGLang's
 ``MiniMaxM2QKRMSNorm._forward_naive`` splits it: each shard's sums, added as the attention-TP all-reduce adds them,
 then applied to each shard with its slice of the weight."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_r3.serving.cpu_runtime.families import minimax_m2
+from sglang_r3.cpu_runtime.families import minimax_m2
 
 pytestmark = pytest.mark.fast
 

@@ -1,4 +1,4 @@
-"""The CPU runtime's half-split rotation for DeepSeek-style attention (sglang_r3/serving/cpu_runtime/ops/rope.py)
+"""The CPU runtime's half-split rotation for DeepSeek-style attention (sglang_r3/cpu_runtime/ops/rope.py)
 against SGLang's own: ``RotaryEmbedding.forward_native`` (rotary_embedding/base.py, the torch reference of the
 rotation its GPU kernels run, which honours ``is_neox_style``), applied to the same YaRN cos/sin cache. And what
 the hook is there for: SGLang's ``DeepseekScalingRotaryEmbedding.forward_native`` gives neox style a leading axis.
@@ -24,8 +24,8 @@ sweep.init_runtime()  # the CPU runtime, our patches installed
 import torch
 from sglang.srt.layers.rotary_embedding.base import RotaryEmbedding
 from sglang.srt.layers.rotary_embedding.rope_variant import DeepseekScalingRotaryEmbedding
-from sglang_r3.serving.cpu_runtime.ops import rope as ours
-from sglang_r3.serving.seam.hooks import registered
+from sglang_r3.cpu_runtime.ops import rope as ours
+from sglang_r3.seam.hooks import registered
 
 torch.manual_seed(0)
 out = {"hooked": [t for t, _ in ours.HOOKS if t in registered()]}

@@ -1,4 +1,4 @@
-"""The CPU runtime's clamped SiLU experts (sglang_r3/serving/cpu_runtime/families/step3p5.py, Step-3.5's ``swiglu_limits`` as
+"""The CPU runtime's clamped SiLU experts (sglang_r3/cpu_runtime/families/step3p5.py, Step-3.5's ``swiglu_limits`` as
 SGLang's CUDA Triton runner applies them) against transformers' own ``Step3p7Experts`` with the same weights: equal
 with a clamp that bites, and the unclamped experts (what ``moe_forward_native`` computes) are not. A served tiny
 checkpoint cannot tell them apart (its routed experts move the logits by less than the comparison's tolerance), so
@@ -29,7 +29,7 @@ def _experts(limit):
 
 def test_the_clamped_experts_are_transformers_step3p7_experts():
     pytest.importorskip("transformers.models.step3p7")
-    from sglang_r3.serving.cpu_runtime.families.step3p5 import clamped_silu_experts
+    from sglang_r3.cpu_runtime.families.step3p5 import clamped_silu_experts
 
     torch.set_num_threads(1)
     limit = 0.3

@@ -92,7 +92,7 @@ def this_install() -> str:
 
 
 def test_each_served_sglang_release_has_its_install_and_the_server_extra_admits_both():
-    from sglang_r3.serving.seam.versions import SERVED
+    from sglang_r3.seam.versions import SERVED
 
     project = _project()
     assert set(INSTALL_OF_SGLANG) == set(SERVED) == set(RELEASE_PINS)

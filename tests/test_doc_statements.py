@@ -32,7 +32,7 @@ def _flat(path: str) -> str:
 
 
 def test_the_compatibility_results_count_the_manifest_as_it_is():
-    from sglang_r3.serving.seam.manifest import entries
+    from sglang_r3.seam.manifest import entries
 
     results = json.loads(_text("docs/compatibility.json"))["releases"]
     assert results
@@ -45,8 +45,8 @@ def test_the_compatibility_results_count_the_manifest_as_it_is():
 
 
 def test_slime_md_gives_the_manifest_checks_count_of_0_5_15():
-    from sglang_r3.serving.seam.manifest import entries
-    from sglang_r3.serving.seam.versions import V0_5_15
+    from sglang_r3.seam.manifest import entries
+    from sglang_r3.seam.versions import V0_5_15
 
     counts = re.findall(r"manifest check is clean \((\d+) of (\d+) targets\)", _flat("docs/slime.md"))
     # `python -m sglang_r3.tools.manifest` prints "N of N SGLang targets": every entry of the release

@@ -3,7 +3,7 @@
 slime's GLM-4.7 guide (THUDM/slime 624b824, ``scripts/run-glm4.7-30B-A3B.sh``) serves with
 ``--enable-dp-attention --dp-size 8 --ep-size 8 --enable-dp-lm-head --moe-dense-tp-size 1`` and EAGLE MTP 3/1/4;
 here the same flags at 2 ranks on the CPU runtime (expert parallelism included: each rank holds half the experts,
-``sglang_r3/serving/cpu_runtime/platform/expert_parallel.py``), with chunked prefill; 3 ranks without expert parallelism
+``sglang_r3/cpu_runtime/platform/expert_parallel.py``), with chunked prefill; 3 ranks without expert parallelism
 (16 experts do not split 3 ways), where a window taken from the tail of the gathered batch is not the one taken
 from its head; and (slime's launch path) forced retractions. Under DP attention every MoE layer routes the tokens
 of all DP ranks gathered into one batch, so rank 1's rows are not at the front of what its router sees.

@@ -1,6 +1,6 @@
 """Expert parallelism on the CPU runtime: SGLang's CPU experts with another rank's experts (id ``-1``) adding zero.
 
-``sglang_r3/serving/cpu_runtime/platform/expert_parallel.py`` lets SGLang's ``moe_forward_native`` run the local ids
+``sglang_r3/cpu_runtime/platform/expert_parallel.py`` lets SGLang's ``moe_forward_native`` run the local ids
 ``StandardDispatcher`` hands it under ``--ep-size N`` (a ``-1`` for every expert another rank holds). The oracle
 is SGLang's own ``moe_forward_native`` on one rank holding every expert: summed over the N ranks (what the
 group's all-reduce does), each rank's output must equal it, whatever the ids, the number of ranks, and DP
@@ -75,7 +75,7 @@ def _layer(w13, w2, experts: slice):
 @pytest.mark.parametrize("ep", [2, 4])
 @pytest.mark.parametrize("tokens", [1, 7, 40])
 def test_the_ranks_outputs_sum_to_sglangs_one_rank_output(ep, tokens):
-    from sglang_r3.serving.cpu_runtime.platform.expert_parallel import experts_with_dropped_slots
+    from sglang_r3.cpu_runtime.platform.expert_parallel import experts_with_dropped_slots
 
     moe_forward_native, MoeRunnerConfig, StandardTopKOutput = _sglang()
     w13, w2 = _experts()
@@ -96,7 +96,7 @@ def test_the_ranks_outputs_sum_to_sglangs_one_rank_output(ep, tokens):
 
 
 def test_a_token_none_of_the_ranks_experts_serve_and_padding_rows_are_zero():
-    from sglang_r3.serving.cpu_runtime.platform.expert_parallel import experts_with_dropped_slots
+    from sglang_r3.cpu_runtime.platform.expert_parallel import experts_with_dropped_slots
 
     moe_forward_native, MoeRunnerConfig, StandardTopKOutput = _sglang()
     w13, w2 = _experts()
@@ -113,7 +113,7 @@ def test_a_token_none_of_the_ranks_experts_serve_and_padding_rows_are_zero():
 
 
 def test_without_dropped_slots_sglangs_own_function_runs_untouched():
-    from sglang_r3.serving.cpu_runtime.platform.expert_parallel import experts_with_dropped_slots
+    from sglang_r3.cpu_runtime.platform.expert_parallel import experts_with_dropped_slots
 
     moe_forward_native, MoeRunnerConfig, StandardTopKOutput = _sglang()
     w13, w2 = _experts()
@@ -152,7 +152,7 @@ def test_deepep_stops_in_sglangs_own_dispatcher_on_this_host():
 
 def _compiled_mode_moe_forward():
     """The MoE forward SGLang's torch.compile mode swaps in at a batch of one token, read from SGLang itself."""
-    from sglang_r3.serving.seam.versions import installed
+    from sglang_r3.seam.versions import installed
 
     if installed() == "0.5.15.post1":  # MultiPlatformOp.enter_torch_compile imports it by name for FusedMoE
         import inspect

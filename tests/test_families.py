@@ -6,7 +6,7 @@ transformers' router top-k (hooks on its routers) over the same prompt + complet
 tree (which layers have a router and experts).
 
 DeepSeek-V3 (MLA, YaRN, grouped top-k, one NextN layer) runs exactly once the CPU runtime attends
-over the decompressed k/v in its MHA prefill (sglang_r3/serving/cpu_runtime/ops/mla.py); it is served twice, MTP
+over the decompressed k/v in its MHA prefill (sglang_r3/cpu_runtime/ops/mla.py); it is served twice, MTP
 speculation off and on. GLM-4.7-Flash (MLA through the same path, one NextN layer) is served once, with MTP
 speculation on: its main rows must be transformers' (which never speculates), so spec on = off.
 ERNIE-4.5-MoE (softmax top-k on scores + moe_statics bias, dense first and last layers) is served once, with MTP
@@ -14,20 +14,20 @@ speculation on (its dense MTP layer in ERNIE's checkpoint layout drafts; some dr
 be transformers', so spec on = off.
 Llama 4 is served as published, ``Llama4ForConditionalGeneration`` (one-layer vision tower, text prompts):
 MoE every 2nd layer, top-1 weighing the expert input, NoPE every 4th layer, q/k norm; the CPU runtime runs its
-attention as CUDA does and its input-weighted top-1 experts (sglang_r3/serving/cpu_runtime/families/llama4.py).
+attention as CUDA does and its input-weighted top-1 experts (sglang_r3/cpu_runtime/families/llama4.py).
 Qwen3-Next (``Qwen3NextForCausalLM``) and Qwen3.5-MoE, text-only (``Qwen3_5MoeForCausalLM``) and as published
 (``Qwen3_5MoeForConditionalGeneration``, one-block vision tower and processor configs, text prompts and a prompt
 with an image, below): gated delta-net
 layers and full attention alternating, every layer MoE with a gated shared expert, one MTP layer in the checkpoint;
 the CPU runtime runs the linear attention through torch versions of the sgl-kernel ops SGLang's CPU path calls
-(sglang_r3/serving/cpu_runtime/ops/gdn.py, each checked against transformers' torch code in tests/test_cpu_gdn.py).
+(sglang_r3/cpu_runtime/ops/gdn.py, each checked against transformers' torch code in tests/test_cpu_gdn.py).
 Served with their MTP layer drafting (``--speculative-algorithm EAGLE``, a chain of 3): the verify's convolution keeps
 each draft step's window and the commit puts the last accepted step's states into the slots (cpu_runtime/ops/gdn.py; on CUDA
 Triton kernels), so every row below is spec on = transformers, with drafts accepted (the checkpoint's MTP projection
 passes the embedding on and its layer adds little, so the draft guesses close to the main model).
 MiniMax-M2 (sigmoid scores with a selection bias, q/k RMS norm over the whole attention width, partial RoPE from
 ``rotary_dim``): its q/k norm's two Triton kernels assert CUDA tensors, so the CPU runtime runs them in torch
-(sglang_r3/serving/cpu_runtime/families/minimax_m2.py, checked against transformers' norm in tests/test_cpu_minimax_m2.py).
+(sglang_r3/cpu_runtime/families/minimax_m2.py, checked against transformers' norm in tests/test_cpu_minimax_m2.py).
 GLM-4.5V, Qwen3.5-MoE, Qwen3-VL-MoE, Kimi-K2.5 and Intern-S1 with an image in the prompt (the tokenizer carries the
 releases' vision tokens, the processor runs on CPU): the image's tokens pass through the MoE layers like text, and their rows, ours and upstream's,
 are transformers' router top-k over the pixels the checkpoint's own processor made (Intern-S1's: SGLang's own)
@@ -56,7 +56,7 @@ is saved by ``Glm4MoeForCausalLM``, rewritten to the release's names and config 
 stand-in for its config code: tests/checkpoints/configuration_bailing_moe_v2.py), served with ``--trust-remote-code``,
 and read back as GLM-4.5's by the oracle (``AS_TRANSFORMERS``). Served first, 6 of 106 pairs differed: on the CPU
 runtime its MoE block never applied the routed scaling factor (2.5) it leaves to the CUDA Triton runner; the CPU
-runtime now applies it (sglang_r3/serving/cpu_runtime/families/bailing_moe.py).
+runtime now applies it (sglang_r3/cpu_runtime/families/bailing_moe.py).
 Intern-S1 (``InternS1ForConditionalGeneration``, one-layer InternViT tower, text prompts and with an image): its
 remote code is transformers' InternVL under its own names over Qwen3-MoE's text model (SGLang's interns1.py builds
 qwen3_moe.py's model by ``text_config.architectures``), saved by transformers' ``InternVLForConditionalGeneration``
@@ -66,7 +66,7 @@ own (multimodal/processors/internvl.py: 448-pixel tiles, ImageNet normalisation,
 transformers' model that processor's pixels (``SGLANG_PROCESSED``), one tile (``image_max_dynamic_patch: 1``).
 Moonlight-16B-A3B (``DeepseekV3ForCausalLM`` as published: no q LoRA, no RoPE scaling, one expert group, two shared
 experts): SGLang's CPU path asserts a YaRN scaling for MLA's rotary embedding; the CPU runtime gives it the plain one
-SGLang builds on other devices (sglang_r3/serving/cpu_runtime/ops/rope.py). Its query and key projections are scaled 8x
+SGLang builds on other devices (sglang_r3/cpu_runtime/ops/rope.py). Its query and key projections are scaled 8x
 (``qk_scale``): at transformers' init a tiny model's attention is near uniform and its rows hardly depend on
 positions (RoPE's pair layout moved 0 of 120 pairs at 1x, 74 at 8x:
 ``test_the_moonlight_oracle_sees_ropes_pair_layout``); Kimi-K2.5 is built so too.
@@ -82,7 +82,7 @@ text-sampled one routes otherwise on each side (seen: 1-2 pairs at exactly those
 Gemma-4 (``Gemma4ForConditionalGeneration``, one-layer vision tower, text prompts and with an image): a router and
 GELU experts beside every layer's dense MLP, sliding-window (8 tokens) and full-attention layers, q/k/v norms. SGLang's
 CPU norm path dropped the router's learned input scale (drawn here, not left at ones: half the pairs routed
-otherwise); the CPU runtime applies it (sglang_r3/serving/cpu_runtime/families/gemma4.py, checked against transformers' router
+otherwise); the CPU runtime applies it (sglang_r3/cpu_runtime/families/gemma4.py, checked against transformers' router
 in tests/test_cpu_gemma4.py). Sliding and full-attention layers share one KV head shape here: with the published split
 start-up refuses it on the CPU runtime (``gemma4_published_shapes``). Completions do not sample its image placeholder:
 transformers' ``Gemma4Model`` embeds that id as the pad token where no image stands behind it, SGLang as itself.
@@ -94,7 +94,7 @@ both ways (the CPU runtime opens them there now: cpu_runtime/families/gemma4.py;
 transformers in tests/test_cpu_gemma4.py). With the mask SGLang's Triton path builds instead (every layer), 67
 differed: a GPU's rows for an image prompt are refused (``image_attention``).
 GLM-5 (``GlmMoeDsaForCausalLM``) and DeepSeek-V3.2 (``DeepseekV32ForCausalLM``): MLA with the DSA indexer, one NextN
-layer, served with MTP speculation on. The CPU runtime attends to every key (sglang_r3/serving/cpu_runtime/ops/dsa.py),
+layer, served with MTP speculation on. The CPU runtime attends to every key (sglang_r3/cpu_runtime/ops/dsa.py),
 DSA's own result while a sequence fits in ``index_topk`` (2048 here, as published; start-up refuses a longer context
 there): transformers' indexer then keeps every key too. With ``index_topk`` 8 in transformers, 48 of 120 (token,
 layer) pairs of a 60-token prompt moved, from token 8 on: the indexer decides there, and the oracle sees it
@@ -107,7 +107,7 @@ every block a decoder layer, MoE at the E blocks (sigmoid scores with a selectio
 scaled by ``routed_scaling_factor``, non-gated ReLU^2 experts and a ReLU^2 shared expert). SGLang's CPU path has no
 Mamba-2 kernels (its causal convolutions are unbound on a CPU import of ``mamba.py``, its SSD scan and state update
 Triton), no CPU ``torch.mm`` with ``out_dtype`` for the router and no non-gated ReLU^2 in ``moe_forward_native``: the CPU
-runtime runs them in torch (sglang_r3/serving/cpu_runtime/ops/mamba2.py and nemotron_h.py, checked against transformers'
+runtime runs them in torch (sglang_r3/cpu_runtime/ops/mamba2.py and nemotron_h.py, checked against transformers'
 torch code in tests/test_cpu_mamba2.py). Served with ``SGLANG_MAMBA_CONV_DTYPE=float32``: SGLang keeps a Mamba layer's
 convolution window in bfloat16 whatever ``--dtype`` says (on CUDA too), and with it a float32 model's decode was ~1e-4
 off transformers' logprobs (1 to 3 of ~400 sampled (token, layer) pairs moved). Its time-step biases are kept above
@@ -121,7 +121,7 @@ speculate.
 gpt-oss (softmax over the top-k router logits with a router bias, clamped SwiGLU experts with biases, attention
 sinks, sliding-window layers of 8 tokens alternating with full ones): SGLang asserts an attention backend with sinks
 (torch_native has none) and picks the triton_kernels MoE runner; the CPU runtime adds the sinks to torch_native
-(sglang_r3/serving/cpu_runtime/families/gpt_oss.py, checked against transformers' eager attention in
+(sglang_r3/cpu_runtime/families/gpt_oss.py, checked against transformers' eager attention in
 tests/test_cpu_gpt_oss.py) and keeps the MoE runner auto (moe_forward_native). Without the sinks, 18 of 106 greedy
 (token, layer) pairs differed from transformers'. Served on both releases by hand; CI serves it on 0.5.23.
 

@@ -52,7 +52,7 @@ def test_every_sglang_name_the_adapter_api_hands_out_is_in_the_manifest():
     # entry, so `python -m sglang_r3.tools.manifest` (and its test) checks it against the installed SGLang.
     import ast
 
-    from sglang_r3.serving.seam.manifest import MANIFEST
+    from sglang_r3.seam.manifest import MANIFEST
 
     tree = ast.parse((ROOT / "sglang_r3" / "serving" / "adapter" / "api.py").read_text())
     names = [f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
@@ -61,7 +61,7 @@ def test_every_sglang_name_the_adapter_api_hands_out_is_in_the_manifest():
     listed = {e.target for e in MANIFEST}
     # A module imported whole (``from sglang.srt.entrypoints import http_server``) is listed by what we use of it.
     unlisted = [n for n in names if n not in listed and not any(t.startswith(n + ".") for t in listed)]
-    assert not unlisted, f"not in sglang_r3/serving/seam/manifest.py: {unlisted}"
+    assert not unlisted, f"not in sglang_r3/seam/manifest.py: {unlisted}"
 
 
 def test_the_install_is_the_package_tree_and_nothing_generic():

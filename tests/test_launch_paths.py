@@ -315,7 +315,7 @@ def our_launchers_resolved_args():
     if CPU:
         activate_cpu_runtime()
     from sglang_r3.serving.adapter.api import prepare_server_args
-    from sglang_r3.serving.seam.release import resolved
+    from sglang_r3.seam.release import resolved
 
     server_args, resolve = prepare_server_args(resolve_argv([], cpu=CPU))
     resolve()
@@ -342,7 +342,7 @@ def test_opt_in_requires_exactly_what_our_launcher_adds(our_launchers_resolved_a
 def test_hook_target_whose_module_fails_to_import_is_named_with_its_own_error(tmp_path, monkeypatch):
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from sglang_r3.serving.seam import hooks
+    from sglang_r3.seam import hooks
 
     pkg = tmp_path / "r3_probe_pkg"
     pkg.mkdir()
@@ -427,7 +427,7 @@ def test_without_the_opt_in_sglang_loads_our_plugin_and_it_installs_nothing():
     # The same loader with the opt-in: the methods above are ours to wrap, and only then.
     on = _plugin_state({**OPT_IN, "SGLANG_PLUGINS": None})
     ours = {t for t, src in on["hooks"] if src == "sglang_r3"}
-    from sglang_r3.serving.seam.versions import installed
+    from sglang_r3.seam.versions import installed
 
     response = "_wait_one_response" if installed() == "0.5.15.post1" else "_stream_one_response"
     assert {"sglang.srt.server_args.ServerArgs.check_server_args",

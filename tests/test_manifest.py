@@ -1,4 +1,4 @@
-"""The adapter's manifest (sglang_r3/serving/seam/manifest.py) against the installed SGLang.
+"""The adapter's manifest (sglang_r3/seam/manifest.py) against the installed SGLang.
 
 Every hook, instance patch, route change and private name we touch is listed with the shape it was
 written against; a target that is gone or changed stops start-up naming it. The checks run in fresh
@@ -38,7 +38,7 @@ def test_every_target_of_the_manifest_is_as_written_against_in_the_installed_sgl
 def test_the_plugin_starts_and_every_hook_it_registers_is_in_the_manifest():
     r = _run("""
         import sglang_r3.serving.adapter as p
-        from sglang_r3.serving.seam import hooks, manifest
+        from sglang_r3.seam import hooks, manifest
         p.plugin()  # what SGLang's plugin loader calls in every process it starts
         got = hooks.registered()
         assert got and all(t in manifest.by_target() for t in got), got
@@ -50,12 +50,12 @@ def test_the_plugin_starts_and_every_hook_it_registers_is_in_the_manifest():
 @pytest.mark.parametrize("change,expect", [
     ("renamed", "has no attribute 'normalize_batch_and_arguments'"),
     ("signature", "signature changed: written against (self, strict)"),
-    ("unlisted", "in sglang_r3/serving/seam/manifest.py"),
+    ("unlisted", "in sglang_r3/seam/manifest.py"),
 ])
 def test_a_hook_target_that_is_renamed_changed_or_unlisted_stops_start_up_naming_it(change, expect):
     r = _run(f"""
         import dataclasses
-        from sglang_r3.serving.seam import manifest
+        from sglang_r3.seam import manifest
         target = {TARGET!r}
         entry = manifest.by_target().pop(target)
         if {change!r} == "renamed":  # SGLang renamed the method our hook is written for
@@ -91,7 +91,7 @@ def test_a_used_sglang_name_that_is_gone_stops_start_up_naming_it(launch):
             from sglang_r3.serving.launch import prepare
             prepare(["--model-path", "unused"], process="server")
         else:
-            from sglang_r3.serving.seam.hooks import HookTargetError
+            from sglang_r3.seam.hooks import HookTargetError
             from sglang_r3.serving.adapter.opt_in import refuse_unsupported_before_sglangs_checks
             try:
                 refuse_unsupported_before_sglangs_checks(None)
@@ -108,14 +108,13 @@ def test_a_used_sglang_name_that_is_gone_stops_start_up_naming_it(launch):
 
 # -- the manifest is complete: every SGLang name the SGLang side imports, names, hooks or reads is listed -----
 
-SERVING = Path(__file__).resolve().parents[1] / "sglang_r3" / "serving"
+PKG = ROOT_PKG = Path(__file__).resolve().parents[1] / "sglang_r3"
 # The SGLang side of the serving wing: the only folders that import or name SGLang (pyproject's import contracts).
-SGLANG_SIDE = [SERVING / d for d in ("adapter", "seam", "refusals", "cpu_runtime")]
+SGLANG_SIDE = [PKG / d for d in ("serving/adapter", "serving/refusals", "seam", "cpu_runtime")]
 
 
 def _sglang_side_files():
     return sorted(p for d in SGLANG_SIDE for p in d.rglob("*.py"))
-ROOT_PKG = Path(__file__).resolve().parents[1] / "sglang_r3"
 
 
 def _module_strings(tree: ast.Module) -> dict:
@@ -151,7 +150,7 @@ def sglang_names_in_patches():
     for path in _sglang_side_files():
         tree = ast.parse(path.read_text())
         consts = _module_strings(tree)
-        rel = str(path.relative_to(SERVING))
+        rel = str(path.relative_to(PKG))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in _SGLANG:
                 found += [(rel, f"{node.module}.{a.name}") for a in node.names]
@@ -170,7 +169,7 @@ _SGLANG = ("sglang", "sgl_kernel")
 def version_tests_outside_release():
     """(file, line, what) for each version test in sglang_r3 outside release.py, versions.py and manifest.py: a use of
     ``is_0_5_15``, ``release.current()`` compared or used as a key, a served release's version string."""
-    from sglang_r3.serving.seam.versions import SERVED
+    from sglang_r3.seam.versions import SERVED
 
     def release_current(node) -> bool:
         f = node.func if isinstance(node, ast.Call) else None
@@ -253,20 +252,20 @@ def attributes_read_in_patches():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
                 if node.attr not in ours and node.attr not in other:
-                    out.setdefault(node.attr, set()).add(str(path.relative_to(SERVING)))
+                    out.setdefault(node.attr, set()).add(str(path.relative_to(PKG)))
     return out
 
 
 @pytest.mark.fast
 def test_every_sglang_name_patches_imports_or_names_is_in_the_manifest():
-    from sglang_r3.serving.seam.manifest import MANIFEST
+    from sglang_r3.seam.manifest import MANIFEST
 
     targets = {e.target for e in MANIFEST}
     found = sglang_names_in_patches()
     assert len(found) > 60
     # A name is listed, or a module / class of a listed target (``_MR = "...ModelRunner"`` prefixes hook targets).
     unlisted = sorted({(f, n) for f, n in found if n not in targets and not any(t.startswith(n + ".") for t in targets)})
-    assert not unlisted, "SGLang names the SGLang side uses that sglang_r3/serving/seam/manifest.py does not list:\n" + \
+    assert not unlisted, "SGLang names the SGLang side uses that sglang_r3/seam/manifest.py does not list:\n" + \
         "\n".join(f"  {f}: {n}" for f, n in unlisted)
     # Nor does patches/ (or the rest of sglang_r3) test the release itself: what differs is a capability of
     # release.py, which with versions.py and the manifest (per-release signatures and releases) alone names versions.
@@ -280,7 +279,7 @@ def test_every_attribute_patches_reads_of_an_sglang_object_is_in_the_manifest():
     # Read by name (no types in the AST): an attribute sglang-r3 does not define and no library object it
     # handles has is SGLang's, and must be a "reads" attribute or the name of a listed target, so that
     # start-up checks it on the installed release instead of a hook failing on first use.
-    from sglang_r3.serving.seam.manifest import MANIFEST
+    from sglang_r3.seam.manifest import MANIFEST
 
     listed = {a for e in MANIFEST for a in e.attrs} | {e.target.rpartition(".")[2] for e in MANIFEST}
     reads = attributes_read_in_patches()

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_r3.serving.seam.manifest import Touch
-from sglang_r3.serving.seam.versions import SERVED, V0_5_23
+from sglang_r3.seam.manifest import Touch
+from sglang_r3.seam.versions import SERVED, V0_5_23
 from sglang_r3.tools import releases
 
 pytestmark = [pytest.mark.sglang, pytest.mark.release]  # release: also proven on the oldest served SGLang
@@ -34,9 +34,9 @@ import json, sys
 from sglang_r3.dev.cpu import activate_cpu_runtime, has_gpu
 if not has_gpu():
     activate_cpu_runtime()
-    from sglang_r3.serving.cpu_runtime.ops.torch_ops import register_torch_ops
+    from sglang_r3.cpu_runtime.ops.torch_ops import register_torch_ops
     register_torch_ops()
-from sglang_r3.serving.seam import manifest
+from sglang_r3.seam import manifest
 print("RESULT" + json.dumps({r: manifest.check(release=r) for r in sys.argv[1:]}))
 """
 
@@ -191,8 +191,8 @@ def test_the_static_check_reports_each_change_of_a_synthetic_tree_as_the_runtime
     code = textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {str(tmp_path)!r})
-        from sglang_r3.serving.seam import manifest
-        from sglang_r3.serving.seam.manifest import Touch
+        from sglang_r3.seam import manifest
+        from sglang_r3.seam.manifest import Touch
         entries = [{", ".join(_touch_source(e) for e in entries)}]
         print("RESULT" + json.dumps({{"fake": manifest.check(tuple(entries), release={V0_5_23!r})}}))
     """)

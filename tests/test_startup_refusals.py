@@ -60,13 +60,13 @@ def _refusal(prepare_server_args, flags, **kw):
 
 
 def _resolved(server_args):
-    from sglang_r3.serving.seam.release import resolved
+    from sglang_r3.seam.release import resolved
 
     return resolved(server_args)
 
 
 def _release() -> str:
-    from sglang_r3.serving.seam.versions import installed
+    from sglang_r3.seam.versions import installed
 
     return installed()
 
@@ -298,7 +298,7 @@ def test_pd_disaggregation_with_another_transfer_backend_is_refused_naming_it(sg
 
 def test_pd_disaggregation_with_an_mxfp8_kv_cache_is_refused_naming_it(sglang_args):
     # An MXFP8 KV pool sends its block scales as the KV transfer's block_scale component: the rows' carrier.
-    from sglang_r3.serving.seam import release
+    from sglang_r3.seam import release
 
     if release.pd_rows_carrier().state_type != "BLOCK_SCALE":
         return  # 0.5.15.post1: the rows ride another state type, which no KV cache dtype takes
@@ -537,7 +537,7 @@ def test_refused_launch_exits_nonzero_naming_the_flag_before_sglang_starts():
 def test_cpu_launch_of_a_sliding_window_model_gets_one_full_kv_pool(sglang_args, tmp_path):
     # Step-3.5 has sliding-window layers (SGLang gives them a KV pool of their own unless told not to):
     # our launcher adds --disable-hybrid-swa-memory on the CPU runtime, and SGLang's model config agrees.
-    from sglang_r3.serving.seam.release import model_config_of
+    from sglang_r3.seam.release import model_config_of
 
     flags = [f for f in _step3p5_dir(tmp_path) if f != "--disable-hybrid-swa-memory"]
     server_args = _check(sglang_args, flags)

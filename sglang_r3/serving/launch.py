@@ -93,8 +93,8 @@ def prepare(argv: Sequence[str], process: Optional[str] = None):
     begin_launch("server" if process == "server" else "engine")
     if process is not None:
         from sglang_r3.serving.adapter import install
-        from sglang_r3.serving.seam.hooks import HookTargetError
-        from sglang_r3.serving.seam.release import UnsupportedRelease
+        from sglang_r3.seam.hooks import HookTargetError
+        from sglang_r3.seam.release import UnsupportedRelease
 
         from sglang_r3.serving.plugin import rollout_api
 

@@ -1,4 +1,4 @@
-"""``python -m sglang_r3.tools.manifest [--markdown]``: the manifest (``sglang_r3/serving/seam/manifest.py``)
+"""``python -m sglang_r3.tools.manifest [--markdown]``: the manifest (``sglang_r3/seam/manifest.py``)
 checked against the installed SGLang: a ``CHANGED target: why`` line for each target of the installed release that
 is missing or changed, then how many are as written against (exit status 1 when any is not); ``--markdown`` prints
 the manifest as the table in docs/architecture.md instead.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import List, Mapping, Optional
 
-from sglang_r3.serving.seam.manifest import MANIFEST, check, entries
-from sglang_r3.serving.seam.versions import SERVED, in_force, installed
+from sglang_r3.seam.manifest import MANIFEST, check, entries
+from sglang_r3.seam.versions import SERVED, in_force, installed
 
 
 def markdown() -> str:
@@ -39,7 +39,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not has_gpu():  # sgl-kernel's modules need the libcuda stand-in to import on a CPU host
         activate_cpu_runtime()
         # and, as a CPU server registers them first, the torch ops SGLang's CPU-path modules read at import
-        from sglang_r3.serving.cpu_runtime.ops.torch_ops import register_torch_ops
+        from sglang_r3.cpu_runtime.ops.torch_ops import register_torch_ops
 
         register_torch_ops()
     release = in_force()

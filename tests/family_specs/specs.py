@@ -246,7 +246,7 @@ _QWEN3_OMNI_MOE = CheckpointSpec(
 # releases).
 # DSA models (GLM-5, DeepSeek-V3.2): MLA (q/kv LoRA, YaRN) and MoE with a DSA indexer whose index_topk (2048, as
 # published) is longer than every test sequence: its sparse attention attends to every key, as the CPU runtime serves
-# it (sglang_r3/serving/cpu_runtime/ops/dsa.py); index_head_dim 128, as published and as SGLang's DSA KV pool asserts; one
+# it (sglang_r3/cpu_runtime/ops/dsa.py); index_head_dim 128, as published and as SGLang's DSA KV pool asserts; one
 # NextN layer; moe_layer_freq, topk_method and scoring_func as the published config.json carries them.
 _DSA = dict(_TINY, num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
             n_routed_experts=8, num_experts_per_tok=2, first_k_dense_replace=1, n_shared_experts=1,
@@ -280,7 +280,7 @@ _MINIMAX_M2 = CheckpointSpec(
 # conv_kernel, chunk_size, ...; one MLP block, which the release has none of, so that every block kind is served.
 # Saved by transformers' class (the Hub's tensor names: backbone.*, experts one by one), config.json rewritten as the
 # release spells it (_nemotron_h_as_published). The CPU runtime runs its Mamba-2 mixers with
-# sglang_r3/serving/cpu_runtime/ops/mamba2.py.
+# sglang_r3/cpu_runtime/ops/mamba2.py.
 _NEMOTRON_H = CheckpointSpec(
     "nemotron_h", "NemotronHConfig", "NemotronHForCausalLM",
     dict(_TINY, head_dim=16, hybrid_override_pattern="ME*EM-E", num_hidden_layers=7, intermediate_size=64,
@@ -631,7 +631,7 @@ SPECS: Dict[str, CheckpointSpec] = {
                    "full-attention layers of 32 x 1"),
     # gpt-oss: every layer MoE (softmax over the top-k logits, router bias), clamped SwiGLU experts with biases;
     # attention sinks, layers alternating sliding window (8 tokens, shorter than every test sequence) / full.
-    # The CPU runtime adds the sinks to torch_native (sglang_r3/serving/cpu_runtime/families/gpt_oss.py).
+    # The CPU runtime adds the sinks to torch_native (sglang_r3/cpu_runtime/families/gpt_oss.py).
     "gpt_oss": CheckpointSpec(
         "gpt_oss", "GptOssConfig", "GptOssForCausalLM",
         dict(_TINY, head_dim=16, intermediate_size=32, num_hidden_layers=2, num_local_experts=8, num_experts_per_tok=2,
@@ -663,7 +663,7 @@ SPECS: Dict[str, CheckpointSpec] = {
     # (every 2nd layer: full_attention_interval, as published; output gate, partial RoPE), every layer MoE (softmax
     # top-k) with a sigmoid-gated shared expert, one MTP layer (published: mtp.* tensors, no count in the config).
     # Key and value head dims differ (16, 8) so that a transposed recurrent state cannot pass. The CPU runtime runs
-    # its linear attention with sglang_r3/serving/cpu_runtime/ops/gdn.py.
+    # its linear attention with sglang_r3/cpu_runtime/ops/gdn.py.
     "qwen3_next": CheckpointSpec(
         "qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM", _QWEN_HYBRID,
         experts_topk=lambda c: (c.num_experts, c.num_experts_per_tok),

@@ -12,7 +12,7 @@ if __name__ == "__main__":
     from sglang_r3.dev.cpu import activate_cpu_runtime
 
     activate_cpu_runtime()
-    from sglang_r3.serving.cpu_runtime import install_cpu_patches
+    from sglang_r3.cpu_runtime import install_cpu_patches
 
     install_cpu_patches()
 

@@ -363,7 +363,7 @@ def init_runtime() -> None:
         activate_cpu_runtime()
         # What a server's processes install before SGLang's registry imports its models (the *_cpu ops Qwen3.5's
         # module reads at import, the device-module answer Qwen3-Next's layers are built with): the same module tree.
-        from sglang_r3.serving.cpu_runtime import install_cpu_patches
+        from sglang_r3.cpu_runtime import install_cpu_patches
 
         install_cpu_patches()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

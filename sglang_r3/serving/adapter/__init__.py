@@ -1,6 +1,6 @@
 """The SGLang adapter: the hooks at SGLang's capture sites, PD / DP rows, the outputs' contract, the HTTP mount.
-With the seam below it (``serving/seam/``: the manifest, the hook registry, the releases and how they differ),
-the refusals (``serving/refusals/``) and the CPU runtime (``serving/cpu_runtime/``), the only code that touches
+With the seam below it (``sglang_r3/seam/``: the manifest, the hook registry, the releases and how they differ),
+the refusals (``serving/refusals/``) and the CPU runtime (``sglang_r3/cpu_runtime/``), the only code that touches
 SGLang's internals; the next SGLang bump should only need changes there. ``plugin`` (SGLang's plugin loader
 calls it in every SGLang process) is inert unless ``settings.current().enabled``; ``opt_in.launch`` says which
 launch this process is part of.
@@ -21,9 +21,9 @@ def plugin(routes: Optional[Callable[[], Any]] = None) -> None:
         raise SystemExit(f"sglang-r3 refuses to start: {err}") from None
     if not enabled:
         return
-    from sglang_r3.serving.seam.hooks import HookTargetError
+    from sglang_r3.seam.hooks import HookTargetError
     from sglang_r3.serving.adapter.opt_in import launch
-    from sglang_r3.serving.seam.release import UnsupportedRelease
+    from sglang_r3.seam.release import UnsupportedRelease
 
     if launch.kind == "server":  # our launcher installed its own set already
         return
@@ -62,7 +62,7 @@ def install(process: str, routes: Optional[Callable[[], Any]] = None) -> None:
 
     if process in launch.installed:
         return
-    from sglang_r3.serving.seam.release import current
+    from sglang_r3.seam.release import current
 
     current()  # a release outside the window stops here, naming it and what differs
     launch.installed.add(process)
@@ -73,7 +73,7 @@ def install(process: str, routes: Optional[Callable[[], Any]] = None) -> None:
     if routes is not None:
         http.use_routes(routes)
     if settings.current().cpu:
-        from sglang_r3.serving.cpu_runtime import install_cpu_patches
+        from sglang_r3.cpu_runtime import install_cpu_patches
 
         install_cpu_patches()
     # The TokenizerManager lives in the launcher's process for a server and in the caller's for an
@@ -87,7 +87,7 @@ def install(process: str, routes: Optional[Callable[[], Any]] = None) -> None:
 
     install_input_guard()
     if process == "server":
-        from sglang_r3.serving.seam.hooks import check_uses, raise_if_missing
+        from sglang_r3.seam.hooks import check_uses, raise_if_missing
 
         check_uses()
         raise_if_missing()  # before the routes, which are what call those names
@@ -99,6 +99,6 @@ def install(process: str, routes: Optional[Callable[[], Any]] = None) -> None:
         install_capture_patches()
         # Only the launching process calls the two ServerArgs methods these hook (opt_in.py).
         install_launch_checks()
-    from sglang_r3.serving.seam.hooks import raise_if_missing
+    from sglang_r3.seam.hooks import raise_if_missing
 
     raise_if_missing()

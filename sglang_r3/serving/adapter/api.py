@@ -39,7 +39,7 @@ def generate_request(fields: Dict[str, Any]):
 def contract_error(body: Dict[str, Any]):
     """The message of the first violation of the /generate body contract, or None: SGLang's own where the
     release has one, else the input guard's check of GenerateReqInput's declared types."""
-    from sglang_r3.serving.seam import release
+    from sglang_r3.seam import release
     from sglang_r3.serving.refusals.input_guard import body_type_error
 
     return release.contract_error(body) if release.has_body_contract() else body_type_error(body)
@@ -96,7 +96,7 @@ def load_plugins() -> None:
 
 def prepare_server_args(argv: Sequence[str]):
     """(SGLang's ServerArgs record as asked for, the call that resolves it): ``release.raw_server_args``."""
-    from sglang_r3.serving.seam.release import raw_server_args
+    from sglang_r3.seam.release import raw_server_args
 
     return raw_server_args(argv)
 
@@ -127,7 +127,7 @@ def engine(server_args):
 
 def metrics_enabled() -> bool:
     """Whether this process serves SGLang's /metrics (--enable-metrics)."""
-    from sglang_r3.serving.seam.release import metrics_enabled as enabled
+    from sglang_r3.seam.release import metrics_enabled as enabled
 
     try:
         return enabled()
@@ -137,6 +137,6 @@ def metrics_enabled() -> bool:
 
 def cpu_rank_count(server_args) -> int:
     """Scheduler ranks SGLang's CPU runtime binds threads for (``release.cpu_rank_count``)."""
-    from sglang_r3.serving.seam.release import cpu_rank_count as count
+    from sglang_r3.seam.release import cpu_rank_count as count
 
     return count(server_args)

@@ -15,11 +15,11 @@ from sglang_r3.serving.capture import CaptureViolation, RoutingCapturer, encode_
 from sglang_r3.serving.capture.capturer import CAPTURE_MODE_CODES
 from sglang_r3.serving.capture.payload import PayloadBytes, RoutingUnavailable
 from sglang_r3.serving.metrics import metrics
-from sglang_r3.serving.seam import release
+from sglang_r3.seam import release
 from sglang_r3.serving.adapter import served_layout
 from sglang_r3.serving.adapter.dp_rows import local_rows_fn
 from sglang_r3.serving.adapter.gemma4_vision import image_attention_refusal
-from sglang_r3.serving.seam.hooks import register
+from sglang_r3.seam.hooks import register
 from sglang_r3.serving.adapter.runtime import capturer as _capturer, layout_of
 from sglang_r3.core import settings
 from sglang_r3.core.record import token_digest
@@ -42,7 +42,7 @@ def install_our_capturer(original, self, *args, **kwargs):
 
     if not release.capture_requested(self):
         return original(self, *args, **kwargs)
-    from sglang_r3.serving.seam.hooks import verify_applied
+    from sglang_r3.seam.hooks import verify_applied
 
     verify_applied()  # the scheduler's hooks all bound (seam/hooks.py), or this scheduler does not start
     if self.is_draft_worker:
@@ -127,7 +127,7 @@ def max_forward_tokens(runner) -> int:
 def _follow_kv_moves(cap: RoutingCapturer, kv_pool) -> None:
     """Rows are keyed by KV slot, so a KV move (EAGLE tree drafting keeps accepted tokens' KV at
     new slots, ``move_accept_tokens_to_target_kvcache``) must move the rows with it."""
-    from sglang_r3.serving.seam.hooks import check_instance
+    from sglang_r3.seam.hooks import check_instance
 
     original = kv_pool.move_kv_cache
     check_instance("sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.move_kv_cache", original)

@@ -10,7 +10,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from sglang_r3.serving.seam import release
+from sglang_r3.seam import release
 
 LocalRows = Callable[[torch.Tensor], Optional[torch.Tensor]]
 

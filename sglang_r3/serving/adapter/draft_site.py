@@ -12,8 +12,8 @@ import logging
 import torch
 
 from sglang_r3.serving.capture.draft import MTP_WANTED_KEY, DraftCapturer
-from sglang_r3.serving.seam import release
-from sglang_r3.serving.seam.hooks import check_instance, register
+from sglang_r3.seam import release
+from sglang_r3.seam.hooks import check_instance, register
 from sglang_r3.serving.adapter.runtime import capturer as _capturer
 
 logger = logging.getLogger(__name__)

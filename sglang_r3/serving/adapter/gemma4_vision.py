@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sglang_r3.serving.cpu_runtime.families.gemma4 import SPLIT  # the CPU port marks an image a chunk cut
+from sglang_r3.cpu_runtime.families.gemma4 import SPLIT  # the CPU port marks an image a chunk cut
 
 POOLER_TARGET = "sglang.srt.models.gemma4_vision.Gemma4VisionPooler.forward"
 
@@ -60,6 +60,6 @@ def image_attention_refusal(architecture: str, on_cpu_runtime: bool, req) -> Opt
 
 
 def install_gemma4_vision_patch() -> None:
-    from sglang_r3.serving.seam.hooks import register
+    from sglang_r3.seam.hooks import register
 
     register(POOLER_TARGET, _pooler_around, "around")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Set
 
 from sglang_r3.core import settings
-from sglang_r3.serving.seam.hooks import register
+from sglang_r3.seam.hooks import register
 
 
 LAUNCH_KINDS = ("server", "engine", "http")
@@ -106,7 +106,7 @@ def missing_settings(cfg, current: Optional[settings.Settings] = None) -> List[M
 
 def _hybrid_swa_pool(cfg) -> bool:
     """Whether SGLang would give this model's sliding-window layers a KV pool of their own."""
-    from sglang_r3.serving.seam.release import model_config_of
+    from sglang_r3.seam.release import model_config_of
 
     return bool(model_config_of(cfg).is_hybrid_swa)
 
@@ -130,7 +130,7 @@ def _refuse(err: Exception) -> None:
 def refuse_unsupported_once_resolved(original, self, *args, **kwargs):
     """Around SGLang's resolution of a ServerArgs record (0.5.23 ``resolve_once``, 0.5.15 ``__post_init__``):
     the raw pass, the resolution itself, the resolved pass."""
-    from sglang_r3.serving.seam import release
+    from sglang_r3.seam import release
 
     if release.resolution_finished(self) or id(self) in _checking:
         return original(self, *args, **kwargs)
@@ -154,8 +154,8 @@ def refuse_unsupported_once_resolved(original, self, *args, **kwargs):
 
 
 def refuse_unsupported_before_sglangs_checks(self, *args, **kwargs):
-    from sglang_r3.serving.seam import release
-    from sglang_r3.serving.seam.hooks import HookTargetError, check_uses, verify_applied
+    from sglang_r3.seam import release
+    from sglang_r3.seam.hooks import HookTargetError, check_uses, verify_applied
     from sglang_r3.serving.refusals.startup import UnsupportedConfigError, check_supported
 
     try:
@@ -197,7 +197,7 @@ def _marking(kind: str):
 
 @functools.cache  # once per process, whichever process kinds install it
 def install_launch_checks() -> None:
-    from sglang_r3.serving.seam import release
+    from sglang_r3.seam import release
 
     register(release.resolution_target(), refuse_unsupported_once_resolved, "around")
     register("sglang.srt.server_args.ServerArgs.check_server_args", refuse_unsupported_before_sglangs_checks, "before")

@@ -10,8 +10,8 @@ from typing import Any
 
 from sglang_r3.serving.capture.payload import EncodedRouting
 from sglang_r3.core.layout import ModelLayout
-from sglang_r3.serving.seam import release
-from sglang_r3.serving.seam.hooks import register
+from sglang_r3.seam import release
+from sglang_r3.seam.hooks import register
 from sglang_r3.serving.adapter.runtime import layout_of
 from sglang_r3.serving.response import CONTRACT, PARKED, asked_by, build, meta_of
 

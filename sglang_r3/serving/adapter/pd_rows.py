@@ -59,8 +59,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from sglang_r3.serving.seam import release
-from sglang_r3.serving.seam.hooks import register
+from sglang_r3.seam import release
+from sglang_r3.seam.hooks import register
 from sglang_r3.serving.adapter.runtime import capturer as _capturer
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ def capturer():
 
 def _experts_capturer():
     global _experts_capturer
-    from sglang_r3.serving.seam.release import experts_capturer_getter
+    from sglang_r3.seam.release import experts_capturer_getter
 
     _experts_capturer = experts_capturer_getter()  # where the installed release keeps it, bound once
     return _experts_capturer()

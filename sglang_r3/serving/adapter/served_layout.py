@@ -66,7 +66,7 @@ def routers_of(model) -> Dict[int, ServedRouter]:
     from sglang.srt.layers.moe.topk import TopK
     from torch.nn import ModuleList
 
-    from sglang_r3.serving.seam.release import shared_topk_slots
+    from sglang_r3.seam.release import shared_topk_slots
 
     layer_of = router_layers(model)
     experts: Dict[int, set] = {}

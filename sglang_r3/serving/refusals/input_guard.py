@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from sglang_r3.serving.seam.hooks import register
+from sglang_r3.seam.hooks import register
 
 _TM = "sglang.srt.managers.tokenizer_manager.TokenizerManager"
 _GRI = "sglang.srt.managers.io_struct.GenerateReqInput"
@@ -108,7 +108,7 @@ def _load_sampling_limits() -> None:
 
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    from sglang_r3.serving.seam.release import max_stop_regex_len
+    from sglang_r3.seam.release import max_stop_regex_len
 
     limit = max_stop_regex_len()  # 0.5.15 has none: it parses every pattern, so we do too
     _MAX_STOP_REGEX_LEN = float("inf") if limit is None else limit

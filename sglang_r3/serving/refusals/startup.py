@@ -88,7 +88,7 @@ def check_supported(server_args: Any, *, argv: Optional[Sequence[str]] = None,
     ``__post_init__`` hook, which hands in the resolution itself). ``argv`` is the command line, used only
     to name flags as they were typed; by default it is the one SGLang kept on the record.
     """
-    from sglang_r3.serving.seam import release
+    from sglang_r3.seam import release
 
     if argv is None:
         argv = release.launch_argv(server_args)
@@ -235,7 +235,7 @@ _DEEPEP_ON_CPU = {
 
 
 def _moe_routing_layout(cfg, names, *, resolved) -> Rule:
-    from sglang_r3.serving.seam.release import attn_tp_size_of
+    from sglang_r3.seam.release import attn_tp_size_of
 
     # SGLang's own derivation: tp_size / (attn_dp_size * attn_cp_size).
     attn_tp = attn_tp_size_of(cfg)
@@ -274,7 +274,7 @@ def _moe_routing_layout(cfg, names, *, resolved) -> Rule:
             "nothing, so the forward would not be the model's"
         ), f" together with {names.name('ep_size', cfg.ep_size)}")
     if cfg.device == "npu" and _expert_placement_remapped(cfg):
-        from sglang_r3.serving.seam.release import npu_topk_captures_physical_ids
+        from sglang_r3.seam.release import npu_topk_captures_physical_ids
 
         if npu_topk_captures_physical_ids():
             yield _Hit("enable_eplb" if cfg.enable_eplb else "init_expert_location",
@@ -331,7 +331,7 @@ def _kv_restore(cfg, names, *, resolved) -> Rule:
 def _disaggregation(cfg, names, *, resolved) -> Rule:
     # PD disaggregation is served with Mooncake: the prompt's rows travel with its KV (adapter/pd_rows.py).
     if cfg.disaggregation_mode not in (None, "null"):
-        from sglang_r3.serving.seam import release
+        from sglang_r3.seam import release
 
         if cfg.disaggregation_transfer_backend != "mooncake":
             yield _Hit("disaggregation_transfer_backend", cfg.disaggregation_transfer_backend, (
@@ -390,7 +390,7 @@ def _multi_layer_eagle(cfg) -> Rule:
 
     try:
         from sglang_r3.core.layout import LayoutError, layout_from_hf_config
-        from sglang_r3.serving.seam.release import model_config_of
+        from sglang_r3.seam.release import model_config_of
 
         hf_config = model_config_of(cfg).hf_config
         arch = (getattr(hf_config, "architectures", None) or [""])[0]
@@ -422,7 +422,7 @@ def _multi_layer_eagle(cfg) -> Rule:
     # (mamba) request pools, which Step-3.5 does not have; a widened window stops the scheduler
     # (adapter/draft_site.py) rather than be filed.
     if cfg.device != "cpu" and not cfg.disable_cuda_graph:
-        from sglang_r3.serving.seam.release import has_draft_extend_graph_switch
+        from sglang_r3.seam.release import has_draft_extend_graph_switch
 
         if not has_draft_extend_graph_switch():  # 0.5.15 has no switch for the draft-extend graphs alone
             yield refuse("its draft-extend CUDA graphs replay outside ModelRunner.forward, where MTP-draft routing "
@@ -445,7 +445,7 @@ def _dsa_on_cpu(cfg, names, *, resolved) -> Rule:
     try:
         from sglang.srt.configs.model_config import get_dsa_index_topk, is_deepseek_dsa
 
-        from sglang_r3.serving.seam.release import model_config_of
+        from sglang_r3.seam.release import model_config_of
 
         model = model_config_of(cfg)
         if not is_deepseek_dsa(model.hf_config):
@@ -469,7 +469,7 @@ def _linear_attention_tree_on_cpu(cfg, names, *, resolved) -> Rule:
         return
     if cfg.speculative_eagle_topk in (None, 1):
         return
-    from sglang_r3.serving.seam.release import linear_attention_config, model_config_of
+    from sglang_r3.seam.release import linear_attention_config, model_config_of
 
     try:
         model = model_config_of(cfg)
@@ -492,7 +492,7 @@ def _swa_shapes_on_cpu(cfg, names, *, resolved) -> Rule:
     if not resolved or cfg.device != "cpu" or not cfg.disable_hybrid_swa_memory:
         return
     try:
-        from sglang_r3.serving.seam.release import model_config_of
+        from sglang_r3.seam.release import model_config_of
 
         model = model_config_of(cfg)
         if not hasattr(model.hf_text_config, "swa_num_key_value_heads"):  # one shape (what get_swa_num_kv_heads reads)
@@ -527,7 +527,7 @@ def _env_flag(name: str) -> bool:
 def _platform_worker(algo: str) -> Optional[str]:
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-    from sglang_r3.serving.seam.release import has_platform_spec_workers
+    from sglang_r3.seam.release import has_platform_spec_workers
 
     if not has_platform_spec_workers():  # no out-of-tree platform workers before 0.5.23
         return None
@@ -553,7 +553,7 @@ def _serving(cfg, names, *, resolved) -> Rule:
         yield _Hit("grpc_mode", None, grpc)
     # Legacy SMG mode resolves a port too; one line for it is enough. 0.5.15 sets grpc_port on every record
     # (port + 10000) and starts a gRPC server only in grpc_mode: there the port says nothing.
-    from sglang_r3.serving.seam.release import grpc_port_means_a_grpc_server
+    from sglang_r3.seam.release import grpc_port_means_a_grpc_server
 
     if grpc_port_means_a_grpc_server() and cfg.grpc_port is not None and not (smg or cfg.grpc_mode):
         yield _Hit("grpc_port", cfg.grpc_port, grpc + " (the port may also come from SGLANG_GRPC_PORT)")
@@ -571,7 +571,7 @@ def _serving(cfg, names, *, resolved) -> Rule:
 def _rust_server() -> bool:
     from sglang.srt.environ import envs
 
-    from sglang_r3.serving.seam.release import has_rust_http_server
+    from sglang_r3.seam.release import has_rust_http_server
 
     return has_rust_http_server() and bool(envs.SGLANG_RUST_SERVER.get())  # no Rust HTTP server before 0.5.23
 
@@ -655,7 +655,7 @@ def _release_cpu_runtime(cfg, names, *, resolved) -> Rule:
     stop is in 0.5.15's argument resolution itself)."""
     if resolved or getattr(cfg, "device", None) != "cpu":
         return
-    from sglang_r3.serving.seam import release
+    from sglang_r3.seam import release
 
     stops = release.cpu_runtime_stops()  # by architecture: 0.5.15.post1's DSA and gated delta-net models
     if not stops or (config := _read_config(cfg)) is None:

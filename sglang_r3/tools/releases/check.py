@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from sglang_r3.serving.seam.manifest import Touch, entries
-from sglang_r3.serving.seam.versions import SERVED, nearest
+from sglang_r3.seam.manifest import Touch, entries
+from sglang_r3.seam.versions import SERVED, nearest
 from sglang_r3.tools.releases.source import (
     _HOPS, _PER_HOST, _SET_AT_IMPORT, Cls, Ext, Fn, Mod, Obj, Source, Unresolved, Val,
 )

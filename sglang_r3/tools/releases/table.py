@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from sglang_r3.serving.seam.versions import SERVED, V0_5_15
+from sglang_r3.seam.versions import SERVED, V0_5_15
 from sglang_r3.tools.releases.check import Release
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: pyproject.toml and docs/
@@ -43,7 +43,7 @@ def render(releases: Sequence[Release], other: Optional[Dict[str, str]] = None) 
         "--render docs/compatibility.json --write docs/compatibility.md`). Do not edit by hand. -->",
         "",
         f"sglang-r3 serves SGLang {' and '.join(SERVED)}; start-up refuses every other release, naming the "
-        "manifest targets (`sglang_r3/serving/seam/manifest.py`) that differ from the nearest served release's. "
+        "manifest targets (`sglang_r3/seam/manifest.py`) that differ from the nearest served release's. "
         "For every release published from the first to the last, the wheel on PyPI was downloaded (not installed), "
         "its pins read from its metadata and the manifest entries of the nearest served release checked against its "
         "sources statically, in the words `python -m sglang_r3.tools.manifest` uses.",

@@ -13,7 +13,7 @@ from email.parser import Parser
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from sglang_r3.serving.seam.versions import V0_5_15, V0_5_23
+from sglang_r3.seam.versions import V0_5_15, V0_5_23
 
 FIRST, LAST = V0_5_15, V0_5_23  # the window: the served releases and every release published between them
 PINNED = ("torch", "transformers", "sglang-kernel")

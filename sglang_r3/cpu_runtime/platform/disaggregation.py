@@ -18,9 +18,9 @@ _SENDER = "sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender"
 
 
 def _host_page_ids(result, *args, **kwargs):
-    from sglang_r3.serving.seam.hooks import HookTargetError
-    from sglang_r3.serving.seam.manifest import by_target, check
-    from sglang_r3.serving.seam.resolve import resolve
+    from sglang_r3.seam.hooks import HookTargetError
+    from sglang_r3.seam.manifest import by_target, check
+    from sglang_r3.seam.resolve import resolve
 
     bad = check((by_target()[_SENDER],))  # checked here, where it is used (manifest: at_start=False)
     if bad:
@@ -32,8 +32,8 @@ def _host_page_ids(result, *args, **kwargs):
 def install() -> None:
     import torch
 
-    from sglang_r3.serving.seam import release
-    from sglang_r3.serving.seam.hooks import register
+    from sglang_r3.seam import release
+    from sglang_r3.seam.hooks import register
 
     if torch.cuda.is_available() or not release.prefill_pins_page_ids_for_sender():
         return

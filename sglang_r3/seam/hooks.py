@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Tuple
 
-from sglang_r3.serving.seam.resolve import describe_error, resolve
+from sglang_r3.seam.resolve import describe_error, resolve
 
 _registered: List[str] = []
 _missing: List[Tuple[str, str]] = []  # (target, why it did not resolve)
@@ -23,7 +23,7 @@ class HookTargetError(RuntimeError):
         lines = ["sglang-r3 refuses to start: it cannot hook these SGLang targets, and without them routing "
                  "capture would be wrong or missing:"]
         lines += [f"  {t}: {why}" for t, why in missing]
-        from sglang_r3.serving.seam.versions import SERVED, installed
+        from sglang_r3.seam.versions import SERVED, installed
 
         lines.append(f"sglang-r3 is written against SGLang {' and '.join(SERVED)} (installed: {installed()}); check the "
                      "installed SGLang (and, on a CPU-only host, that the CPU runtime was prepared before SGLang "
@@ -39,7 +39,7 @@ def register(target: str, hook: Callable, hook_type: Any) -> bool:
     if isinstance(hook_type, str):
         hook_type = HookType[hook_type.upper()]
 
-    from sglang_r3.serving.seam.manifest import problem
+    from sglang_r3.seam.manifest import problem
 
     try:
         obj = resolve(target)
@@ -61,7 +61,7 @@ def register(target: str, hook: Callable, hook_type: Any) -> bool:
 def check_instance(target: str, method: Any) -> None:
     """Before replacing a method on one live object: ``target`` is listed and ``method`` (the object's
     current one) has the shape our wrapper was written against, or start-up stops naming it."""
-    from sglang_r3.serving.seam.manifest import problem
+    from sglang_r3.seam.manifest import problem
 
     why = problem(target, getattr(method, "__func__", method), kind="instance")
     if why is not None:
@@ -72,7 +72,7 @@ def check_uses() -> None:
     """Every SGLang name the project calls or reads (manifest kind ``uses``) resolves, with the signature
     it was written against; a missing or changed one stops start-up like a hook target, naming it.
     Run in the process that launches SGLang (the names are the launcher's and the HTTP server's)."""
-    from sglang_r3.serving.seam.manifest import by_target, check
+    from sglang_r3.seam.manifest import by_target, check
 
     for target, why in check(tuple(e for e in by_target().values() if e.kind in ("uses", "reads") and e.at_start)):
         if target not in (t for t, _ in _missing):

@@ -15,7 +15,7 @@ Lfm2MoeForCausalLM in tests/test_families.py (``lfm2_moe``).
 
 from __future__ import annotations
 
-from sglang_r3.serving.cpu_runtime.ops.mamba2 import bound_globals, causal_conv1d_fn, causal_conv1d_update
+from sglang_r3.cpu_runtime.ops.mamba2 import bound_globals, causal_conv1d_fn, causal_conv1d_update
 
 _MODULE = "sglang.srt.models.lfm2_moe"
 _FORWARD_TARGET = f"{_MODULE}.Lfm2MoeShortConv.forward"

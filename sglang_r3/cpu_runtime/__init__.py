@@ -72,25 +72,25 @@ def install_cpu_patches() -> None:
 
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType, _current_plugin_source
 
-    from sglang_r3.serving.cpu_runtime.ops.attention import HOOKS
-    from sglang_r3.serving.seam.hooks import register
-    from sglang_r3.serving.cpu_runtime.platform.cuda_shims import install_cuda_shims, install_host_alloc_shim
-    from sglang_r3.serving.cpu_runtime.ops.torch_ops import register_torch_ops
-    from sglang_r3.serving.cpu_runtime.families import (afmoe, bailing_moe, gemma4, gpt_oss, lfm2_moe, llama4, minimax_m2, nemotron_h, step3p5)
-    from sglang_r3.serving.cpu_runtime.platform import cuda_shims, expert_parallel, ranks
-    from sglang_r3.serving.cpu_runtime.ops import dsa, gdn, mamba2, rope
+    from sglang_r3.cpu_runtime.ops.attention import HOOKS
+    from sglang_r3.seam.hooks import register
+    from sglang_r3.cpu_runtime.platform.cuda_shims import install_cuda_shims, install_host_alloc_shim
+    from sglang_r3.cpu_runtime.ops.torch_ops import register_torch_ops
+    from sglang_r3.cpu_runtime.families import (afmoe, bailing_moe, gemma4, gpt_oss, lfm2_moe, llama4, minimax_m2, nemotron_h, step3p5)
+    from sglang_r3.cpu_runtime.platform import cuda_shims, expert_parallel, ranks
+    from sglang_r3.cpu_runtime.ops import dsa, gdn, mamba2, rope
 
     install_cuda_shims()
     install_host_alloc_shim()
-    from sglang_r3.serving.cpu_runtime.platform import disaggregation
+    from sglang_r3.cpu_runtime.platform import disaggregation
 
     disaggregation.install()
     added = register_torch_ops()  # torch_ops.py
-    from sglang_r3.serving.seam.release import cpu_model_ports_apply, speculative_kernels_have_cpu_path
+    from sglang_r3.seam.release import cpu_model_ports_apply, speculative_kernels_have_cpu_path
 
     eagle = None
     if not speculative_kernels_have_cpu_path():  # 0.5.15 sends no speculative kernel to the CPU (cpu_runtime/ops/eagle_0_5_15.py)
-        from sglang_r3.serving.cpu_runtime.ops import eagle_0_5_15 as eagle
+        from sglang_r3.cpu_runtime.ops import eagle_0_5_15 as eagle
     ports = cpu_model_ports_apply()  # SGLang 0.5.23's CPU path (release.cpu_model_ports_apply)
     around = (HOOKS + ranks.hooks() + llama4.HOOKS + expert_parallel.HOOKS + cuda_shims.hooks() + gdn.hooks(ports)
               + minimax_m2.HOOKS + gpt_oss.hooks() + dsa.hooks() + rope.HOOKS + gemma4.hooks(ports)

@@ -27,14 +27,14 @@ from typing import Optional
 
 import torch
 
-from sglang_r3.serving.seam.swap import swapped
+from sglang_r3.seam.swap import swapped
 
 _DSA_PASSES = ("_dsa_kv_cache_dtype_default", "_dsa_split_backend_resolution")
 _INDEXER = "sglang.srt.layers.attention.dsa.dsa_indexer.Indexer"
 
 
 def _hf_config(server_args):
-    from sglang_r3.serving.seam.release import model_config_of
+    from sglang_r3.seam.release import model_config_of
 
     try:
         return model_config_of(server_args).hf_config
@@ -84,7 +84,7 @@ def _indexer_forward_native(original, self, x=None, q_lora=None, positions=None,
 
 
 def hooks():
-    from sglang_r3.serving.seam.release import cpu_model_ports_apply
+    from sglang_r3.seam.release import cpu_model_ports_apply
 
     if not cpu_model_ports_apply():  # 0.5.15 keeps DSA in ServerArgs itself, and stops it at start-up on CPU
         return []

@@ -33,8 +33,8 @@ import torch
 # request's rows).
 SPLIT = "_sglang_r3_image_split"
 
-from sglang_r3.serving.cpu_runtime.families.gpt_oss import architecture, as_cpu_backend
-from sglang_r3.serving.seam.swap import swapped
+from sglang_r3.cpu_runtime.families.gpt_oss import architecture, as_cpu_backend
+from sglang_r3.seam.swap import swapped
 
 _ARCHITECTURES = ("Gemma4ForConditionalGeneration",)
 _ROUTER_TARGET = "sglang.srt.models.gemma4_causal.Gemma4Router.forward"

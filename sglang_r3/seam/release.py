@@ -1,7 +1,8 @@
 """The SGLang releases the adapter serves, chosen once from the installed one, and every way they differ.
 
 slime's image runs 0.5.15.post1 (its five patches change no target of ours); the suite pins 0.5.23. The rest of
-the SGLang side (``adapter/``, ``refusals/``, ``cpu_runtime/``) asks this module instead of reading a release-specific SGLang name: where a name moved (runtime
+the SGLang side (``serving/adapter/``, ``serving/refusals/``, ``cpu_runtime/``) asks this module instead of reading
+a release-specific SGLang name: where a name moved (runtime
 context getters, ``Req.kv``, the internal-state controller, ``ServerArgs.resolve_once``), the function here
 knows both places, and the manifest lists each place with the releases it is on. Where SGLang behaves otherwise,
 a capability here says what differs (``has_internal_state_controller()``, ``topk_format_decided_per_forward()``,
@@ -16,7 +17,7 @@ import functools
 import sys
 from typing import Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from sglang_r3.serving.seam.versions import SERVED, V0_5_15, V0_5_23, installed, nearest
+from sglang_r3.seam.versions import SERVED, V0_5_15, V0_5_23, installed, nearest
 
 __all__ = ["SERVED", "V0_5_15", "V0_5_23", "UnsupportedRelease", "current", "installed", "is_0_5_15"]
 
@@ -43,7 +44,7 @@ def current() -> str:
     version = installed()
     if version in SERVED:
         return version
-    from sglang_r3.serving.seam.manifest import check
+    from sglang_r3.seam.manifest import check
 
     near = nearest(version)
     raise UnsupportedRelease(version, near, check(release=near))

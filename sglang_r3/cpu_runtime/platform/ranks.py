@@ -36,9 +36,9 @@ def add_seq_len_fill_value() -> None:
     """Give torch_native the method the MLP-sync padding calls; stop if SGLang grew its own."""
     from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
-    from sglang_r3.serving.seam.hooks import HookTargetError
-    from sglang_r3.serving.seam.manifest import check, by_target
-    from sglang_r3.serving.seam.release import seq_len_fill_method
+    from sglang_r3.seam.hooks import HookTargetError
+    from sglang_r3.seam.manifest import check, by_target
+    from sglang_r3.seam.release import seq_len_fill_method
 
     # 0.5.23's padding asks a CPU backend for the cpu_ method (only Intel AMX defines it); 0.5.15's asks every
     # backend for the cuda_ one, which torch_native inherits from a base class that raises.
@@ -103,7 +103,7 @@ def pad_draft_extend_as_0_5_23(original, self, model_runner, num_tokens, bs):
 
 
 def hooks():
-    from sglang_r3.serving.seam.release import dp_gather_has_cpu_path, pads_draft_extend_dummies
+    from sglang_r3.seam.release import dp_gather_has_cpu_path, pads_draft_extend_dummies
 
     out = [("sglang.srt.distributed.parallel_state.init_model_parallel_group", groups_without_pynccl)]
     if not dp_gather_has_cpu_path():

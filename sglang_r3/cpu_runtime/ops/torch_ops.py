@@ -10,7 +10,7 @@ from __future__ import annotations
 def register_torch_ops() -> list:
     """Register every op of spec_ops (speculative decoding) and gdn (Qwen3-Next / Qwen3.5's linear attention)
     the loaded sgl-kernel lacks; returns the names added. Idempotent."""
-    from sglang_r3.serving.cpu_runtime.ops.gdn import register_gdn_ops
-    from sglang_r3.serving.cpu_runtime.ops.spec_ops import register_spec_ops
+    from sglang_r3.cpu_runtime.ops.gdn import register_gdn_ops
+    from sglang_r3.cpu_runtime.ops.spec_ops import register_spec_ops
 
     return register_spec_ops() + register_gdn_ops()

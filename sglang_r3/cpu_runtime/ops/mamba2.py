@@ -49,7 +49,7 @@ from typing import Any, Dict, Iterator, Optional
 import torch
 import torch.nn.functional as F
 
-from sglang_r3.serving.cpu_runtime.ops.gdn import (causal_conv1d_fwd_cpu, causal_conv1d_update_cpu,
+from sglang_r3.cpu_runtime.ops.gdn import (causal_conv1d_fwd_cpu, causal_conv1d_update_cpu,
                                                causal_conv1d_verify_update)
 
 _MAMBA = "sglang.srt.layers.attention.mamba.mamba"

@@ -91,7 +91,7 @@ class _Unpinned:
 
 def hooks():
     """0.5.15's host tensors pinned without asking whether pinning is available (CPU runtime only)."""
-    from sglang_r3.serving.seam.release import pins_host_tensors_unasked
+    from sglang_r3.seam.release import pins_host_tensors_unasked
 
     if not pins_host_tensors_unasked():
         return []

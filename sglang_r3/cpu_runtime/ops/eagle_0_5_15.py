@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Callable, List, Tuple
 
-from sglang_r3.serving.cpu_runtime.ops.spec_ops import IMPLEMENTATIONS as _CPU
-from sglang_r3.serving.seam.swap import swapped
+from sglang_r3.cpu_runtime.ops.spec_ops import IMPLEMENTATIONS as _CPU
+from sglang_r3.seam.swap import swapped
 
 _SPEC = "sglang.srt.speculative"
 _CACHE_LOCS = f"{_SPEC}.triton_ops.cache_locs"
@@ -225,9 +225,9 @@ def _stand_in(target: str, fn: Callable) -> None:
     """Replace the Triton kernel at ``target`` (a module attribute) by a stand-in launching ``fn`` once its
     manifest entry checks out (still a Triton kernel, with the parameters we launch it with), or stop start-up
     naming it."""
-    from sglang_r3.serving.seam.hooks import HookTargetError
-    from sglang_r3.serving.seam.manifest import by_target, check
-    from sglang_r3.serving.seam.resolve import resolve
+    from sglang_r3.seam.hooks import HookTargetError
+    from sglang_r3.seam.manifest import by_target, check
+    from sglang_r3.seam.resolve import resolve
 
     entry = by_target().get(target)
     if entry is None or entry.kind != "replaces":

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
-from sglang_r3.serving.cpu_runtime.ops import mla
+from sglang_r3.cpu_runtime.ops import mla
 
 _TORCH_NATIVE = "torch_native"
 
@@ -192,7 +192,7 @@ def _create_backend_around(original, self, backend_name, backend_map, error_temp
     # 0.5.23: stamps_children is True exactly for the multi-step decode container, and a map entry returns
     # (stamp, backend). 0.5.15: no stamps_children (the decode container is the one create_decode_backend asks
     # for, named by its error template), and a map entry returns the backend itself.
-    from sglang_r3.serving.seam.release import draft_backends_are_stamped
+    from sglang_r3.seam.release import draft_backends_are_stamped
 
     if draft_backends_are_stamped():
         decode_container = bool(args[0] if args else kwargs.get("stamps_children", False))

@@ -7,7 +7,7 @@ out: SGLang moves them between strings and objects without changing a call), or 
 of an SGLang object. ``hooks.register`` refuses a target that is not listed for the installed release or
 whose signature differs; ``check`` resolves every entry of a release (``python -m
 sglang_r3.tools.manifest`` prints the differences). ``tests/test_manifest.py`` fails on any
-SGLang name the SGLang side (``adapter/``, ``seam/``, ``refusals/``, ``cpu_runtime/``) imports, names, hooks or reads that is not listed here.
+SGLang name the SGLang side (``serving/adapter/``, ``serving/refusals/``, ``seam/``, ``cpu_runtime/``) imports, names, hooks or reads that is not listed here.
 
 Kinds: ``hook`` (SGLang's HookRegistry: around / before / after / replace), ``instance`` (we
 replace a method on one live object), ``adds`` (we add a method a class lacks; SGLang
@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-from sglang_r3.serving.seam.versions import SERVED, V0_5_15, V0_5_23, in_force
+from sglang_r3.seam.versions import SERVED, V0_5_15, V0_5_23, in_force
 
 R15: Tuple[str, ...] = (V0_5_15,)
 R23: Tuple[str, ...] = (V0_5_23,)
@@ -874,7 +874,7 @@ def problem(target: str, obj: Any, kind: Optional[str] = None) -> Optional[str]:
     """Why ``obj`` (what ``target`` resolved to) is not what sglang-r3 was written against, or None."""
     entry = by_target().get(target)
     if entry is None:
-        return (f"not listed for SGLang {in_force()} in sglang_r3/serving/seam/manifest.py "
+        return (f"not listed for SGLang {in_force()} in sglang_r3/seam/manifest.py "
                 "(every SGLang target must be)")
     if kind is not None and not entry.kind.startswith(kind):
         return f"listed as {entry.kind!r}, touched as {kind!r}"
@@ -910,7 +910,7 @@ def missing_attrs(cls: Any, attrs: Tuple[str, ...]) -> List[str]:
 def check(entries_: Optional[Tuple[Touch, ...]] = None, *, release: Optional[str] = None) -> List[Tuple[str, str]]:
     """(target, why) for every entry (of ``release``: by default the installed one) that is missing or
     changed in the installed SGLang."""
-    from sglang_r3.serving.seam.resolve import describe_error, resolve
+    from sglang_r3.seam.resolve import describe_error, resolve
 
     if release is None:
         release = in_force()

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch.linalg import solve_triangular
 
-from sglang_r3.serving.seam.swap import swapped
+from sglang_r3.seam.swap import swapped
 
 
 # -- convolution ---------------------------------------------------------------------------------------------
@@ -511,7 +511,7 @@ IMPLEMENTATIONS: Dict[str, Callable] = {name: fn for name, (_, fn) in _OPS.items
 
 def register_gdn_ops() -> list:
     """Register every gated delta-net op the loaded sgl-kernel lacks; returns the names added. Idempotent."""
-    from sglang_r3.serving.cpu_runtime.ops.spec_ops import register_missing_ops
+    from sglang_r3.cpu_runtime.ops.spec_ops import register_missing_ops
 
     return register_missing_ops(_OPS)
 

@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from sglang_r3.serving.seam.swap import swapped
+from sglang_r3.seam.swap import swapped
 
 _TNA = "sglang.srt.layers.attention.torch_native_backend"
 _GPT_OSS = "GptOssForCausalLM"
@@ -85,7 +85,7 @@ def _adjustments_around(original, server_args):
     reads the backends for this model."""
     import importlib
 
-    from sglang_r3.serving.seam.release import model_adjustments
+    from sglang_r3.seam.release import model_adjustments
 
     # 0.5.15: ServerArgs._resolved_attention_backends imports it from overrides at each call
     owner = importlib.import_module(model_adjustments().backends_module)
@@ -100,7 +100,7 @@ def _no_triton_kernels(original):
 
 
 def architecture(server_args) -> Optional[str]:
-    from sglang_r3.serving.seam.release import model_config_of
+    from sglang_r3.seam.release import model_config_of
 
     try:
         return model_config_of(server_args).hf_config.architectures[0]
@@ -109,7 +109,7 @@ def architecture(server_args) -> Optional[str]:
 
 
 def hooks():
-    from sglang_r3.serving.seam.release import model_adjustments
+    from sglang_r3.seam.release import model_adjustments
 
     adjustments = model_adjustments()
     return [
