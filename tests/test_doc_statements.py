@@ -49,7 +49,7 @@ def test_slime_md_gives_the_manifest_checks_count_of_0_5_15():
     from sglang_r3.seam.versions import V0_5_15
 
     counts = re.findall(r"manifest check is clean \((\d+) of (\d+) targets\)", _flat("docs/slime.md"))
-    # `python -m sglang_r3.tools.manifest` prints "N of N SGLang targets": every entry of the release
+    # `python -m sglang_r3.tools.manifest_check` prints "N of N SGLang targets": every entry of the release
     assert counts == [(str(len(entries(V0_5_15))),) * 2]
 
 

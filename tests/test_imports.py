@@ -49,7 +49,7 @@ def test_no_module_of_the_project_takes_part_in_an_import_circle(monkeypatch):
 
 def test_every_sglang_name_the_adapter_api_hands_out_is_in_the_manifest():
     # adapter/api.py is how the rest of the project reaches SGLang; each name it imports is a manifest
-    # entry, so `python -m sglang_r3.tools.manifest` (and its test) checks it against the installed SGLang.
+    # entry, so `python -m sglang_r3.tools.manifest_check` (and its test) checks it against the installed SGLang.
     import ast
 
     from sglang_r3.seam.manifest import MANIFEST

@@ -29,7 +29,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 
 def test_every_target_of_the_manifest_is_as_written_against_in_the_installed_sglang():
-    r = subprocess.run([sys.executable, "-m", "sglang_r3.tools.manifest"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "sglang_r3.tools.manifest_check"], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "CHANGED" not in r.stdout

@@ -6,7 +6,7 @@ we wrote against on each: the parameter names, kinds and defaults of a callable 
 out: SGLang moves them between strings and objects without changing a call), or the attributes we read
 of an SGLang object. ``hooks.register`` refuses a target that is not listed for the installed release or
 whose signature differs; ``check`` resolves every entry of a release (``python -m
-sglang_r3.tools.manifest`` prints the differences). ``tests/test_manifest.py`` fails on any
+sglang_r3.tools.manifest_check`` prints the differences). ``tests/test_manifest.py`` fails on any
 SGLang name the SGLang side (``serving/adapter/``, ``serving/refusals/``, ``seam/``, ``cpu_runtime/``) imports, names, hooks or reads that is not listed here.
 
 Kinds: ``hook`` (SGLang's HookRegistry: around / before / after / replace), ``instance`` (we

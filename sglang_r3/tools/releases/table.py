@@ -46,7 +46,7 @@ def render(releases: Sequence[Release], other: Optional[Dict[str, str]] = None) 
         "manifest targets (`sglang_r3/seam/manifest.py`) that differ from the nearest served release's. "
         "For every release published from the first to the last, the wheel on PyPI was downloaded (not installed), "
         "its pins read from its metadata and the manifest entries of the nearest served release checked against its "
-        "sources statically, in the words `python -m sglang_r3.tools.manifest` uses.",
+        "sources statically, in the words `python -m sglang_r3.tools.manifest_check` uses.",
         "",
         "| SGLang | verdict | Python | torch | transformers | sglang-kernel | differences vs nearest |",
         "|---|---|---|---|---|---|---|",

@@ -1,4 +1,4 @@
-"""``python -m sglang_r3.tools.manifest [--markdown]``: the manifest (``sglang_r3/seam/manifest.py``)
+"""``python -m sglang_r3.tools.manifest_check [--markdown]``: the manifest (``sglang_r3/seam/manifest.py``)
 checked against the installed SGLang: a ``CHANGED target: why`` line for each target of the installed release that
 is missing or changed, then how many are as written against (exit status 1 when any is not); ``--markdown`` prints
 the manifest as the table in docs/architecture.md instead.
