@@ -267,7 +267,7 @@ def test_every_sglang_name_patches_imports_or_names_is_in_the_manifest():
     unlisted = sorted({(f, n) for f, n in found if n not in targets and not any(t.startswith(n + ".") for t in targets)})
     assert not unlisted, "SGLang names the SGLang side uses that sglang_r3/seam/manifest.py does not list:\n" + \
         "\n".join(f"  {f}: {n}" for f, n in unlisted)
-    # Nor does patches/ (or the rest of sglang_r3) test the release itself: what differs is a capability of
+    # Nor does the SGLang side (or the rest of sglang_r3) test the release itself: what differs is a capability of
     # release.py, which with versions.py and the manifest (per-release signatures and releases) alone names versions.
     versioned = version_tests_outside_release()
     assert not versioned, "release tests outside release.py, versions.py and manifest.py (ask a capability of " \

@@ -97,7 +97,7 @@ def test_base_install_carries_no_sglang_torch_or_server_packages():
 
 def test_server_extra_admits_every_served_sglang_release_and_the_test_extra_pins_the_newest():
     # A rollout image that has SGLang installed keeps it (and its torch): the server extra states the window
-    # patches/ serves; the README's `.[test]` stays deterministic at the newest release.
+    # the adapter serves; the README's `.[test]` stays deterministic at the newest release.
     from sglang_r3.seam.versions import SERVED
 
     extras = _pyproject()["project"]["optional-dependencies"]
