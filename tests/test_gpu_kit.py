@@ -98,6 +98,13 @@ def test_no_entry_excuses_nothing_and_no_package_is_in_two_places():
             assert not a & b, a & b
 
 
+def test_every_host_entry_is_in_the_hosts_image():
+    """What the kit leaves to the host is what the device tool lists in the host's image (an alias names the
+    image's distribution holding a metapackage's modules)."""
+    image = {canonicalize_name(n) for n in C.HOST_IMAGE}
+    assert sorted(n for n in C.HOST if canonicalize_name(C.HOST_ALIASES.get(n, n)) not in image) == []
+
+
 def test_stand_ins_import_and_raise_naming_themselves_when_called(tmp_path):
     made = kit.write_stand_ins(tmp_path)
     assert made == ["flashinfer-python==0.6.12+sglangr3.standin", "nvidia-cutlass-dsl==4.5.2+sglangr3.standin"]
@@ -107,10 +114,22 @@ import flashinfer
 from flashinfer.sampling import top_k_top_p_sampling_from_probs
 import cutlass.cute as cute
 from cutlass.utils import HardwareInfo
+from cutlass.cutlass_dsl import dsl_user_op
 class K(HardwareInfo): pass
+# decorating at import, as SGLang's jit_kernel/cutedsl_fp8_paged_mqa_logits.py does on the CUDA path
+@dsl_user_op
+def op(x):
+    return x
+@cute.jit(preprocess=False)
+def fn(x):
+    return x
+class Kernel:
+    @cute.kernel
+    def run(self, *a):
+        return a
 out = {"version": md.version("flashinfer-python"), "cutlass": md.version("nvidia-cutlass-dsl"),
        "stand_in": flashinfer.STAND_IN, "flashinfer_version": flashinfer.__version__}
-for f in (top_k_top_p_sampling_from_probs, cute.jit):
+for f in (top_k_top_p_sampling_from_probs, cute.jit, op, fn, Kernel().run):
     try:
         f(1, 2)
     except Exception as e:
@@ -124,10 +143,13 @@ print(json.dumps(out))
     out = json.loads(proc.stdout)
     assert out["version"] == "0.6.12+sglangr3.standin" and out["cutlass"] == "4.5.2+sglangr3.standin"
     assert out["stand_in"] is True and out["flashinfer_version"] == "0.6.12"
-    (n1, m1), (n2, m2) = out["errors"]
-    assert n1 == n2 == "StandInCalled"
+    (n1, m1), (n2, m2), (n3, m3), (n4, m4), (n5, m5) = out["errors"]
+    assert n1 == n2 == n3 == n4 == n5 == "StandInCalled"
     assert m1.startswith("flashinfer.sampling.top_k_top_p_sampling_from_probs was called") and "stand-in" in m1
     assert m2.startswith("cutlass.cute.jit was called") and "nvidia-cutlass-dsl" in m2
+    assert m3.startswith("op (decorated by cutlass.cutlass_dsl.dsl_user_op) was called")
+    assert m4.startswith("fn (decorated by cutlass.cute.jit(...)) was called")
+    assert m5.startswith("Kernel.run (decorated by cutlass.cute.kernel) was called")
 
 
 def test_kernel_trim_keeps_python_sm90_and_spatial_ops(tmp_path):

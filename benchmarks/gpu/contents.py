@@ -82,13 +82,43 @@ STAND_INS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
 }
 STANDIN_LOCAL = "sglangr3.standin"  # the stand-ins' local version label: 0.6.12+sglangr3.standin
 
+# The GPU host's image ('cuda'), as the device tool lists its Python packages (KINDS.md, "Python packages already
+# there", read on a machine running it on 2026-11-17). benchmarks.gpu.rehearse builds a venv of exactly these
+# (those the kit does not bring); tests/test_gpu_kit.py holds every HOST entry to this list.
+HOST_IMAGE: Tuple[str, ...] = (
+    "absl-py", "accelerate", "aiofiles", "aiohappyeyeballs", "aiohttp", "aiosignal", "annotated-doc", "anyio",
+    "attrs", "botorch", "build", "certifi", "charset-normalizer", "chex", "click", "cloudpickle", "cmake",
+    "colorama", "contourpy", "coverage", "cuda-bindings", "cuda-core", "cuda-pathfinder", "cuda-toolkit",
+    "cupy-cuda13x", "cycler", "cython", "diffrax", "e3nn", "einops", "equinox", "etils", "execnet", "filelock",
+    "flatbuffers", "flax", "fonttools", "formulaic", "frozenlist", "fsspec", "gpytorch", "grpcio", "h11", "h5py",
+    "hf-xet", "httpcore", "httpx", "huggingface-hub", "humanize", "hypothesis", "idna", "imageio", "iniconfig",
+    "interface-meta", "jax", "jax-cuda13-pjrt", "jax-cuda13-plugin", "jaxlib", "jaxtyping", "jinja2", "joblib",
+    "kiwisolver", "lazy-loader", "lightning", "lightning-utilities", "linear-operator", "lineax", "llvmlite", "lxml",
+    "markdown", "markdown-it-py", "markupsafe", "matplotlib", "mdurl", "meson", "ml-dtypes", "mpi4py", "mpmath",
+    "msgpack", "multidict", "multipledispatch", "mypy-extensions", "nanobind", "narwhals", "networkx", "ninja",
+    "numba", "numba-cuda", "numpy", "numpyro", "nvidia-cublas", "nvidia-cuda-cupti", "nvidia-cuda-nvrtc",
+    "nvidia-cuda-runtime", "nvidia-cudnn-cu13", "nvidia-cufft", "nvidia-cufile", "nvidia-curand", "nvidia-cusolver",
+    "nvidia-cusparse", "nvidia-cusparselt-cu13", "nvidia-ml-py", "nvidia-nccl-cu13", "nvidia-nvjitlink",
+    "nvidia-nvshmem-cu13", "nvidia-nvtx", "onnx", "onnx-ir", "onnxruntime", "onnxscript", "opencv-python-headless",
+    "optax", "opt-einsum", "opt-einsum-fx", "optimistix", "orbax-checkpoint", "packaging", "pandas", "pathspec",
+    "patsy", "peft", "pillow", "pip", "pluggy", "portalocker", "prometheus-client", "propcache", "protobuf",
+    "psutil", "pyarrow", "pybind11", "py-cpuinfo", "pygments", "pyparsing", "pyproject-hooks", "pyre-extensions",
+    "pytest", "pytest-benchmark", "pytest-cov", "pytest-mock", "pytest-timeout", "pytest-xdist", "python-dateutil",
+    "pytorch-lightning", "pyyaml", "regex", "requests", "rich", "sacrebleu", "safetensors", "scikit-build-core",
+    "scikit-image", "scikit-learn", "scipy", "seaborn", "sentencepiece", "sentence-transformers", "setuptools",
+    "shellingham", "simplejson", "six", "sortedcontainers", "statsmodels", "sympy", "tabulate", "tensorboard",
+    "tensorboard-data-server", "tensorstore", "threadpoolctl", "tifffile", "tiktoken", "timm", "tokenizers", "toolz",
+    "torch", "torchaudio", "torchdiffeq", "torch-geometric", "torchmetrics", "torchvision", "tqdm", "transformers",
+    "treescope", "triton", "typer", "typing-extensions", "typing-inspect", "urllib3", "uvloop", "wadler-lindig",
+    "werkzeug", "wheel", "wrapt", "xarray", "xxhash", "yarl", "zipp",
+)
+
 # What the bare GPU host has: distribution -> version where a requirement's bound is checked against it, None
 # where only presence is known. HOST_NAMED: named in shared/README.md ("A GPU run of SGLang 0.5.15.post1 fits a
 # bare GPU host": CPython 3.12.3 in /opt/torch/.venv, torch 2.11.0+cu130, triton 3.6.0, transformers 5.17.0 --
 # shadowed by the kit's 5.12.1 --, nvcc, ninja) and benchmarks/README.md ("GPU check": numpy, msgpack), or what
-# benchmarks.gpu.run and gpu_check import (httpx, psutil). The rest are required by a kit wheel and not in
-# shared/README.md's list of what the host lacks for SGLang's imports, so taken as present: unverified until a
-# GPU run, and benchmarks.gpu.run probes every entry first on the host and writes what is missing.
+# benchmarks.gpu.run and gpu_check import (httpx, psutil). The rest are required by a kit wheel and in HOST_IMAGE;
+# benchmarks.gpu.run probes every entry first on the host and writes what is missing.
 HOST_NAMED: Dict[str, Optional[str]] = {
     "torch": "2.11.0", "triton": "3.6.0", "numpy": None, "msgpack": None, "ninja": None, "httpx": None, "psutil": None,
 }
@@ -97,15 +127,16 @@ HOST: Dict[str, Optional[str]] = {
     # transformers' and huggingface-hub's own requirements (the host has transformers 5.17):
     "huggingface-hub": None, "packaging": None, "pyyaml": None, "regex": None, "safetensors": None, "tqdm": None,
     "typer": None, "typing-extensions": None, "anyio": None, "h11": None, "click": None,
-    # SGLang's, not in shared/README.md's missing list:
+    # SGLang's:
     "aiohttp": None, "einops": None, "pillow": None, "requests": None, "prometheus-client": None,
-    "uvloop": None, "torchvision": None, "torchaudio": None, "cuda-python": None, "scipy": None,
-    "sentencepiece": None, "tiktoken": None, "zstandard": None, "watchfiles": None, "openai-harmony": None,
-    "nvidia-ml-py": None, "torch-memory-saver": None, "interegular": None, "datasets": None, "attrs": None,
-    # ipython 9's own (shared/README.md names ipython and traitlets only):
-    "jedi": None, "matplotlib-inline": None, "pexpect": None, "prompt-toolkit": None, "pygments": None,
-    "stack-data": None, "ipython-pygments-lexers": None,
+    "uvloop": None, "torchvision": None, "torchaudio": None, "scipy": None, "sentencepiece": None,
+    "tiktoken": None, "nvidia-ml-py": None, "attrs": None,
+    # cuda-python 13 is a metapackage over cuda-bindings, which the image holds (SGLang imports cuda.bindings.*)
+    "cuda-python": None,
+    # ipython 9's (sglang.utils imports IPython.display, which loads none of IPython's shell):
+    "pygments": None,
 }
+HOST_ALIASES: Dict[str, str] = {"cuda-python": "cuda-bindings"}  # HOST entry -> the HOST_IMAGE name holding it
 # Module names of HOST entries whose import name is not the distribution's (for the run's probe).
 HOST_MODULES: Dict[str, str] = {
     "huggingface-hub": "huggingface_hub", "pyyaml": "yaml", "typing-extensions": "typing_extensions",
@@ -138,6 +169,19 @@ NOT_NEEDED: Dict[str, str] = {
     "py-spy": "a profiler binary SGLang calls on a hang dump",
     "build": "SGLang's own build",
     "easydict": "a multimodal config (DeepSeek-OCR)",
+    # Not in the host's image, and not imported on the kit's path (benchmarks.gpu.rehearse serves without them):
+    "zstandard": "SGLang's request-decompression middleware, added only with SGLANG_ENABLE_REQUEST_DECOMPRESSION",
+    "watchfiles": "SSL certificate reloading (--ssl-*) and uvicorn's --reload",
+    "openai-harmony": "gpt-oss's Harmony format: without it SGLang logs /v1/responses as disabled",
+    "torch-memory-saver": "imported under try: --enable-memory-saver only",
+    "interegular": "the outlines grammar backend; --grammar-backend none",
+    "datasets": "SGLang's benchmarks and evals",
+    "jedi": "IPython's completer, not loaded by IPython.display",
+    "matplotlib-inline": "IPython's inline plots",
+    "pexpect": "IPython's shell commands",
+    "prompt-toolkit": "IPython's terminal",
+    "stack-data": "IPython's tracebacks",
+    "ipython-pygments-lexers": "IPython's highlighting",
 }
 
 

@@ -55,14 +55,14 @@ def wheel_name_version(path: Path) -> Tuple[str, str]:
     return canonical(parts[0]), parts[1]
 
 
-def _pip_target_args() -> List[str]:
-    args = ["--only-binary=:all:", "--python-version", C.PYTHON, "--implementation", "cp"]
+def _pip_target_args(python: str = C.PYTHON) -> List[str]:
+    args = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp"]
     for p in C.PLATFORMS:
         args += ["--platform", p]
     return args
 
 
-def download(dest: Path) -> Dict[str, Path]:
+def download(dest: Path, python: str = C.PYTHON) -> Dict[str, Path]:
     """canonical name -> wheel for every KIT entry, downloading only the ones not already in ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     pins = {canonical(n): v for n, v in C.kit_pins().items()}
@@ -78,7 +78,7 @@ def download(dest: Path) -> Dict[str, Path]:
     missing = sorted(set(pins) - set(have()))
     if missing:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d", str(dest),
-               *_pip_target_args(), *(f"{n}=={pins[n]}" for n in missing)]
+               *_pip_target_args(python), *(f"{n}=={pins[n]}" for n in missing)]
         print("+", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
     found = have()
@@ -111,12 +111,12 @@ def record_requires(wheels: Dict[str, Path], own: Path) -> bool:
     return old is not None and old != text
 
 
-def trim_kernel(wheel: Path, out_dir: Path) -> Path:
-    """sglang-kernel without KERNEL_DROP's files (RECORD rewritten to match), as a wheel of the same name."""
+def trim_kernel(wheel: Path, out_dir: Path, drop: Tuple[str, ...] = C.KERNEL_DROP) -> Path:
+    """sglang-kernel without ``drop``'s files (RECORD rewritten to match), as a wheel of the same name."""
     out = out_dir / wheel.name
     with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
         names = src.namelist()
-        dropped = [n for n in names if n.startswith(C.KERNEL_DROP)]
+        dropped = [n for n in names if n.startswith(drop)]
         if not any(n.startswith("sgl_kernel/sm90/common_ops") for n in names):
             raise KitError(f"{wheel.name} has no sgl_kernel/sm90/common_ops: the trim rule no longer fits it")
         for n in names:
@@ -125,7 +125,7 @@ def trim_kernel(wheel: Path, out_dir: Path) -> Path:
             data = src.read(n)
             if n.endswith(".dist-info/RECORD"):
                 data = "".join(line + "\n" for line in data.decode().splitlines()
-                               if not line.split(",", 1)[0].startswith(C.KERNEL_DROP)).encode()
+                               if not line.split(",", 1)[0].startswith(drop)).encode()
             dst.writestr(src.getinfo(n), data)
     print(f"sglang-kernel trimmed: dropped {len(dropped)} files ({', '.join(sorted(dropped))})")
     return out
@@ -140,8 +140,9 @@ def build_own(out_dir: Path) -> Path:
             if src.is_file():
                 (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, Path(tmp) / rel)
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                        "--disable-pip-version-check", "-q", "-w", str(out_dir), tmp], check=True)
+        # build isolation: pyproject's own build requirements (setuptools>=77), not whatever this venv holds
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q",
+                        "-w", str(out_dir), tmp], check=True)
     own = [w for w in out_dir.glob("*.whl") if wheel_name_version(w)[0] == C.OWN]
     if len(own) != 1:
         raise KitError(f"building {C.OWN} left {own}")
@@ -154,8 +155,10 @@ def build_own(out_dir: Path) -> Path:
 
 STANDIN_INIT = '''"""Stand-in for {dist} {version} in sglang-r3's GPU kit (benchmarks/gpu): not the real package.
 
-{why}. Importing it and any submodule works; calling anything raises StandInCalled naming what was called.
+{why}. Importing it and any submodule works, and so does decorating with it; calling anything, or what it
+decorated, raises StandInCalled naming what was called.
 """
+import functools
 import importlib.abc
 import importlib.machinery
 import sys
@@ -187,12 +190,34 @@ class _Thing:
         return (object,)
 
     def __call__(self, *args, **kwargs):
-        raise StandInCalled(
-            "%s was called, but {dist} in this environment is a stand-in from sglang-r3's GPU kit "
-            "(benchmarks/gpu/contents.py: STAND_INS); {why}" % self._path)
+        # Decorating is not using: modules that are imported but never run (on the CUDA path, glm4_moe ->
+        # deepseek_v2 -> dsa_indexer -> jit_kernel.dsa) apply ``@x`` and ``@x(key=...)`` at import. Those hand
+        # back what raises when called; any other call raises now.
+        if len(args) == 1 and not kwargs and isinstance(args[0], (types.FunctionType, type)):
+            return _decorated(self._path, args[0])
+        if not args and kwargs:
+            return _Thing(self._path + "(...)")
+        raise StandInCalled(_called(self._path))
 
     def __repr__(self):
         return "<stand-in %s>" % self._path
+
+
+def _called(what):
+    return ("%s was called, but {dist} in this environment is a stand-in from sglang-r3's GPU kit "
+            "(benchmarks/gpu/contents.py: STAND_INS); {why}" % what)
+
+
+def _decorated(path, obj):
+    what = "%s (decorated by %s)" % (getattr(obj, "__qualname__", obj), path)
+    if isinstance(obj, type):
+        return _Thing(what)
+
+    @functools.wraps(obj)
+    def stand_in(*args, **kwargs):
+        raise StandInCalled(_called(what))
+
+    return stand_in
 
 
 def _module_getattr(prefix):
@@ -251,21 +276,25 @@ def _tree_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def build(outdir: Path, allow_requires_change: bool = False) -> Dict:
+def build(outdir: Path, allow_requires_change: bool = False, python: str = C.PYTHON,
+          kernel_drop: Tuple[str, ...] = C.KERNEL_DROP) -> Dict:
+    """The kit for the host's CPython (``C.PYTHON``). ``python`` another, with ``kernel_drop`` keeping what a
+    host without a GPU loads: a rehearsal kit of the same pins for this machine (``benchmarks.gpu.rehearse``),
+    which leaves requires.json alone (the host's wheels wrote it)."""
     outdir = outdir.resolve()
-    wheels = download(outdir / "downloads")
+    wheels = download(outdir / "downloads", python)
     work = outdir / "wheels"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     own = build_own(work)
-    changed = record_requires(wheels, own)
-    to_install = [trim_kernel(w, work) if n == "sglang-kernel" else w for n, w in wheels.items()] + [own]
+    changed = record_requires(wheels, own) if python == C.PYTHON else False
+    to_install = [trim_kernel(w, work, kernel_drop) if n == "sglang-kernel" else w for n, w in wheels.items()] + [own]
     stage = outdir / "stage"
     shutil.rmtree(stage, ignore_errors=True)
     site = stage / C.KIT_DIR / "site"
     site.mkdir(parents=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile", "-q",
-                    "--disable-pip-version-check", "--target", str(site), *_pip_target_args(),
+                    "--disable-pip-version-check", "--target", str(site), *_pip_target_args(python),
                     *map(str, to_install)], check=True)
     shutil.rmtree(site / "bin", ignore_errors=True)  # console scripts with this machine's interpreter
     for cache in list(site.rglob("__pycache__")):
@@ -274,9 +303,9 @@ def build(outdir: Path, allow_requires_change: bool = False) -> Dict:
     held = {n: wheel_name_version(w)[1] for n, w in wheels.items()}
     held[C.OWN] = wheel_name_version(own)[1]
     manifest = {
-        "sglang": C.SGLANG, "python": C.PYTHON, "platforms": list(C.PLATFORMS),
+        "sglang": C.SGLANG, "python": python, "platforms": list(C.PLATFORMS),
         "packages": dict(sorted(held.items())), "stand_ins": stand_ins,
-        "kernel_dropped": list(C.KERNEL_DROP),
+        "kernel_dropped": list(kernel_drop),
         "unpacked_bytes": _tree_size(site),
     }
     (stage / C.KIT_DIR / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -310,6 +339,9 @@ def main(argv=None) -> int:
     b.add_argument("outdir", type=Path)
     b.add_argument("--allow-requires-change", action="store_true",
                    help="do not fail when requires.json changed (it is rewritten either way)")
+    b.add_argument("--python", default=C.PYTHON,
+                   help=f"the CPython the wheels are for (default {C.PYTHON}, the GPU host's; another makes a "
+                        "rehearsal kit for this machine, see benchmarks.gpu.rehearse)")
     sub.add_parser("list", help="print the pinned list")
     args = ap.parse_args(argv)
     if args.cmd == "list":
@@ -320,7 +352,7 @@ def main(argv=None) -> int:
         print(f"{C.OWN} -- built from this tree")
         return 0
     try:
-        build(args.outdir, allow_requires_change=args.allow_requires_change)
+        build(args.outdir, allow_requires_change=args.allow_requires_change, python=args.python)
     except (KitError, subprocess.CalledProcessError) as exc:
         print(f"kit build FAILED: {exc}", file=sys.stderr)
         return 1

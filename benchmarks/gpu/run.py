@@ -31,7 +31,11 @@ largest gap among differing pairs are all written. Nothing here claims more than
 Results: ``OUT/gpu_<device>.json`` (``OUT``: ``--out``, else ``$OUT``, else ``.gpu-kit/out``), rewritten
 after every step so a run cut short keeps what it measured; child logs in ``OUT/logs``. ``--dry-run`` (any host,
 no GPU) unpacks, probes the host packages and writes the JSON with every GPU step marked skipped: it tests the
-script, not a GPU. Without CUDA and without ``--dry-run`` it says so and exits 0, claiming nothing.
+script, not a GPU. ``--cpu-rehearsal`` runs every step on this host's CPU runtime in the GPU's stead
+(``REHEARSAL``: no bfloat16, no triton attention, no CUDA graphs, two overhead rounds, the GPU check's
+``--cpu-selftest``) and writes ``gpu_cpu-rehearsal.json``: it proves the script and the package set it runs with
+(``benchmarks.gpu.rehearse``), nothing about a GPU. Without CUDA and without either it says so and exits 0,
+claiming nothing.
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks.gpu import contents as C
 
@@ -77,6 +82,25 @@ CONFIGS = {  # name -> (flags beyond SERVE_FLAGS, speculative)
 MAX_NEW_TOKENS = 48
 PROMPT_CHARS = (7, 19, 33, 64, 101, 160, 233, 300)
 OVERHEAD_WORKLOADS = {"prefill_heavy": (16, 512, 4), "decode_heavy": (16, 24, 64)}  # capture_overhead.WORKLOADS
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where the steps run: the GPU, or the CPU runtime standing in for it (``--cpu-rehearsal``)."""
+
+    serve_flags: Tuple[str, ...]
+    device: str  # transformers' near-tie routers
+    min_rounds: int  # capture overhead: interleaved rounds
+    max_rounds: int
+    gpu_check: Tuple[str, ...]  # benchmarks.gpu_check's arguments
+
+
+GPU = Plan(tuple(SERVE_FLAGS), "cuda", 3, 30, ())
+# The CPU runtime's own flags are added by the launcher; bfloat16 and triton attention are the GPU's. The dtype
+# is named, as SERVE_FLAGS names it: plain SGLang given --model-path takes the checkpoint's, our launcher's
+# embedded default is float32.
+REHEARSAL = Plan(("--dtype", "float32", "--sampling-backend", "pytorch", "--grammar-backend", "none",
+                  "--max-total-tokens", "65536"), "cpu", 2, 2, ("--cpu-selftest",))
 
 
 def prompts() -> List[List[int]]:
@@ -263,15 +287,22 @@ class Server:
         stop_process_group(self.proc)
 
 
-def ours(name: str, extra: Sequence[str], env, out) -> Server:
-    return Server(name, ["sglang_r3.launch_server", *SERVE_FLAGS, *extra], env, out)
+def ours(name: str, extra: Sequence[str], env, out, plan: Plan = GPU) -> Server:
+    return Server(name, ["sglang_r3.launch_server", *plan.serve_flags, *extra], env, out)
 
 
-def plain_upstream(name: str, model: str, extra: Sequence[str], env, out) -> Server:
-    """SGLang's own launcher and capturer: no sglang-r3 plugin in any of its processes."""
+def plain_upstream(name: str, model: str, extra: Sequence[str], env, out, plan: Plan = GPU) -> Server:
+    """SGLang's own launcher and capturer: no sglang-r3 plugin in any of its processes. On the CPU runtime
+    (``REHEARSAL``) SGLang's launcher cannot start by itself: ``benchmarks.plain_server --upstream-capture``
+    adds the CPU runtime's flags and shims and no capture of ours."""
     env = {**env, "SGLANG_PLUGINS": "none"}
     env.pop("SGLANG_R3_ENABLED", None)
-    return Server(name, ["sglang.launch_server", "--model-path", model, *SERVE_FLAGS, *extra,
+    if plan.device == "cpu":
+        return Server(name, ["benchmarks.plain_server", "--upstream-capture", "--model-path", model,
+                             *plan.serve_flags, *extra], env, out)
+    # --disable-speculation is our launcher's (SGLang's parser refuses it): plain SGLang speculates only when asked
+    extra = [a for a in extra if a != "--disable-speculation"]
+    return Server(name, ["sglang.launch_server", "--model-path", model, *plan.serve_flags, *extra,
                          "--enable-return-routed-experts"], env, out)
 
 
@@ -465,13 +496,15 @@ def run(args) -> int:
         cuda = torch.cuda.is_available()
     except ImportError:
         cuda = False
-    if not cuda and not args.dry_run:
+    rehearsal = bool(getattr(args, "cpu_rehearsal", False))
+    if not cuda and not args.dry_run and not rehearsal:
         print(NEEDS_CUDA)
         return 0
-    name = torch.cuda.get_device_name(0) if cuda and not args.dry_run else None
-    res = Results(out, device_slug(name))
-    res.data.update(device_name=name, dry_run=bool(args.dry_run), kit=str(args.kit), argv=sys.argv[1:],
-                    serve_flags=SERVE_FLAGS, near_tie_gap=NEAR_TIE_GAP)
+    name = torch.cuda.get_device_name(0) if cuda and not args.dry_run and not rehearsal else None
+    res = Results(out, "cpu-rehearsal" if rehearsal and not args.dry_run else device_slug(name))
+    plan = REHEARSAL if rehearsal else GPU
+    res.data.update(device_name=name, dry_run=bool(args.dry_run), cpu_rehearsal=rehearsal, kit=str(args.kit),
+                    argv=sys.argv[1:], serve_flags=list(plan.serve_flags), near_tie_gap=NEAR_TIE_GAP)
     if shutil.which("nvidia-smi"):
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv"],
                              capture_output=True, text=True)
@@ -490,10 +523,12 @@ def run(args) -> int:
         res.write()
         print(f"wrote {res.path}")
         return 0
-    return gpu_run(args, res, env, out)
+    if rehearsal:
+        res.data["summary"] = "CPU rehearsal: every step on the CPU runtime; nothing here is a GPU result"
+    return gpu_run(args, res, env, out, plan)
 
 
-def gpu_run(args, res: Results, env: Dict[str, str], out: Path) -> int:
+def gpu_run(args, res: Results, env: Dict[str, str], out: Path, plan: Plan = GPU) -> int:
     deadline = res.t0 + args.budget_s
     left = lambda: max(30.0, deadline - time.monotonic())  # noqa: E731
     sys.path[1:1] = [str(ROOT), env["PYTHONPATH"].split(os.pathsep)[1]]  # this process reads answers with the kit
@@ -516,17 +551,18 @@ def gpu_run(args, res: Results, env: Dict[str, str], out: Path) -> int:
     res.data["model_dir"] = model_dir
     try:
         # 1. (a) alone first: its start builds SGLang's JIT kernels (nvcc) that later starts reuse.
-        res.step("a_nograph_nospec", serve("a_nograph_nospec", lambda: ours("a_nograph_nospec", CONFIGS["a_nograph_nospec"][0], env, out), True))
+        res.step("a_nograph_nospec", serve("a_nograph_nospec", lambda: ours("a_nograph_nospec", CONFIGS["a_nograph_nospec"][0], env, out, plan), True))
         # 2. plain SGLang with (a)'s flags and (b), starting together.
-        go_plain = serve("plain_upstream", lambda: plain_upstream("plain_upstream", model_dir, CONFIGS["a_nograph_nospec"][0], env, out), None)
-        go_b = serve("b_graph_nospec", lambda: ours("b_graph_nospec", CONFIGS["b_graph_nospec"][0], env, out), True)
+        go_plain = serve("plain_upstream", lambda: plain_upstream("plain_upstream", model_dir, CONFIGS["a_nograph_nospec"][0], env, out, plan), None)
+        go_b = serve("b_graph_nospec", lambda: ours("b_graph_nospec", CONFIGS["b_graph_nospec"][0], env, out, plan), True)
         res.step("plain_upstream_vs_a", lambda: {**go_plain(), **compare_upstream(answers["a_nograph_nospec"], answers["plain_upstream"])})
         for n in ("plain_upstream", "a_nograph_nospec"):
             servers.pop(n).stop()
         res.step("b_graph_nospec", go_b)
         # 3. (c) and SGLang without R3 (CUDA graphs on) start together; the overhead is ours (b) against the latter.
-        go_c = serve("c_graph_mtp", lambda: ours("c_graph_mtp", CONFIGS["c_graph_mtp"][0], env, out), {"mtp": True})
-        servers["plain_graph"] = Server("plain_graph", ["benchmarks.plain_server", *SERVE_FLAGS, "--disable-speculation"], env, out)
+        go_c = serve("c_graph_mtp", lambda: ours("c_graph_mtp", CONFIGS["c_graph_mtp"][0], env, out, plan), {"mtp": True})
+        servers["plain_graph"] = Server("plain_graph", ["benchmarks.plain_server", *plan.serve_flags, "--disable-speculation"],
+                                        env, out)
         res.step("c_graph_mtp", go_c)
 
         def overhead():
@@ -536,7 +572,7 @@ def gpu_run(args, res: Results, env: Dict[str, str], out: Path) -> int:
             budget = min(90.0, max(20.0, deadline - time.monotonic() - 150))
             rounds = capture_overhead.pair_rounds(
                 servers["plain_graph"].url, servers["b_graph_nospec"].url, workloads=OVERHEAD_WORKLOADS,
-                min_rounds=3, max_rounds=30, budget_s=budget, pin=False,
+                min_rounds=plan.min_rounds, max_rounds=plan.max_rounds, budget_s=budget, pin=False,
                 sides={"plain": (servers["plain_graph"].url, None), "main": (servers["b_graph_nospec"].url, True)})
             (out / "overhead_rounds.json").write_text(json.dumps(rounds, indent=1))
             return {"plain_ready_s": ready, "budget_s": round(budget, 1), **overhead_summary(rounds, OVERHEAD_WORKLOADS)}
@@ -553,7 +589,7 @@ def gpu_run(args, res: Results, env: Dict[str, str], out: Path) -> int:
     gaps = None
     if "a_nograph_nospec" in answers:
         seqs = [list(p) + list(o["output_ids"]) for p, o in zip(ids, answers["a_nograph_nospec"])]
-        gaps = res.step("near_tie_gaps", lambda: router_gaps(model_dir, seqs, "cuda"))
+        gaps = res.step("near_tie_gaps", lambda: router_gaps(model_dir, seqs, plan.device))
         if gaps is not None:
             res.data["steps"]["near_tie_gaps"] = {"ok": True, "sequences": len(gaps),
                                                   "min_gap": float(min(g.min() for g in gaps)),
@@ -565,7 +601,7 @@ def gpu_run(args, res: Results, env: Dict[str, str], out: Path) -> int:
     (out / "answers.json").write_text(json.dumps(answers, default=str))
 
     def gpu_check():
-        proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check"], env=env, cwd=ROOT, capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check", *plan.gpu_check], env=env, cwd=ROOT, capture_output=True,
                               text=True, timeout=max(60.0, deadline - time.monotonic() + 60))
         (out / "logs" / "gpu_check.log").write_text(proc.stdout + proc.stderr)
         lines = [l for l in proc.stdout.splitlines() if l.startswith(("PASS", "FAIL", "SKIP"))]
@@ -588,6 +624,9 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=BUDGET_S, help="the whole run's time (default: %(default)s)")
     ap.add_argument("--dry-run", action="store_true",
                     help="unpack, probe and write the results file only (any host; proves nothing about a GPU)")
+    ap.add_argument("--cpu-rehearsal", action="store_true",
+                    help="every step on this host's CPU runtime in the GPU's stead (proves the script and its "
+                         "package set, nothing about a GPU; benchmarks.gpu.rehearse runs it)")
     return run(ap.parse_args(argv))
 
 
