@@ -6,7 +6,6 @@ copy of the old wording (or of the old code) fails here.
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 from pathlib import Path

@@ -59,7 +59,12 @@ def test_the_static_check_of_the_installed_sources_is_the_runtime_check():
     assert installed in SERVED
     for release in SERVED:
         static, unread = releases.check_source(src, release)
-        assert static == runtime[release], release
+        # What the static check says it cannot read (a name bound again under an import-time `if`: the host picks
+        # which) it cannot call changed either; the runtime check, which sees this host's pick, may (on 0.5.15.post1,
+        # afmoe's fused_moe, whose MoeRunnerConfig default has other fields than 0.5.23's).
+        unread_targets = {target for target, _ in unread}
+        assert not unread_targets & {target for target, _ in static}, release
+        assert static == [d for d in runtime[release] if d[0] not in unread_targets], release
         if release == installed:
             assert static == []
         else:

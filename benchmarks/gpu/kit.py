@@ -22,7 +22,6 @@ import argparse
 import email.parser
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys

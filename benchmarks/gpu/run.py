@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import importlib.util
 import json
 import os
 import re

@@ -23,7 +23,7 @@ import importlib.util
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, FrozenSet, Iterable, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Optional, Tuple
 
 # Attributes every config object has that are the framework's, not the model's (PretrainedConfig's own fields and
 # methods a modeling file calls through ``config.``).

@@ -664,7 +664,6 @@ def prove_substitute(arch: str, originals: List[tuple]) -> Dict[str, Any]:
 
 
 def sweep(only: Optional[List[str]] = None) -> List[Dict[str, Any]]:
-    from sglang_r3.dev.cpu import has_gpu
     from sglang_r3.core.families import family_of
 
     init_runtime()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import os
 import re
-import shutil
 
 import numpy as np
 import pytest
