@@ -1,5 +1,6 @@
-"""``python -m benchmarks.gpu.run [--kit ARCHIVE] [--out DIR] [--dry-run]``: SGLang 0.5.15.post1's own GPU forward
-with capture, on a bare GPU host, in one run (under 9 minutes; everything as JSON and logs in one folder).
+"""``python3 -m benchmarks.gpu.run [--kit ARCHIVE] [--out DIR] [--dry-run | --cpu-rehearsal]``: SGLang's GPU forward
+with capture (0.5.15.post1), on a bare GPU host, in one run (under 9 minutes; everything as JSON and logs in one
+folder).
 
 Bring the repository and the kit (``python -m benchmarks.gpu.kit build .gpu-kit``). The run:
 
