@@ -203,6 +203,29 @@ def test_the_gpu_script_dry_run_unpacks_probes_and_writes_its_results(tmp_path):
     assert env["SGLANG_IS_FLASHINFER_AVAILABLE"] == "false" and env["TVM_FFI_DISABLE_TORCH_C_DLPACK"] == "1"
 
 
+@pytest.mark.sglang
+@pytest.mark.release  # the GPU run's release is 0.5.15.post1: .ci/run's second stage parses with its parser
+def test_sglangs_own_parser_takes_every_argv_the_gpu_script_starts_plain_sglang_with():
+    """The installed SGLang's own argument parser (what ``sglang.launch_server`` parses with) on the argv of each
+    configuration's plain-SGLang server: our launcher's flags (``--disable-speculation``) stay with our launcher,
+    and no flag is one release's only (0.5.23 dropped 0.5.15's alias ``--cuda-graph-max-bs``)."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    assert any("--disable-speculation" in extra for extra, _ in run.CONFIGS.values())  # what there is to strip
+    for name, (extra, _) in run.CONFIGS.items():
+        argv = run.plain_upstream_argv("/models/embedded", extra)
+        assert argv[0] == "sglang.launch_server", name
+        parser = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(parser)
+        _, unknown = parser.parse_known_args(argv[1:])
+        assert unknown == [], (name, unknown)
+    # the CPU rehearsal's plain server is ours without capture, which takes our launcher's flags
+    assert run.plain_upstream_argv("/m", ["--disable-speculation"], run.REHEARSAL)[:2] == [
+        "benchmarks.plain_server", "--upstream-capture"]
+
+
 def test_unpack_refuses_paths_outside_the_kit_folder(tmp_path):
     archive = tmp_path / "bad.tar.xz"
     with tarfile.open(archive, "w:xz") as tar:

@@ -73,7 +73,7 @@ NEEDS_CUDA = "benchmarks.gpu.run needs CUDA (torch.cuda.is_available() is False 
 NEAR_TIE_GAP = 0.005
 SERVE_FLAGS = ["--dtype", "bfloat16", "--attention-backend", "triton", "--sampling-backend", "pytorch",
                "--grammar-backend", "none", "--mem-fraction-static", "0.9", "--max-total-tokens", "65536",
-               "--cuda-graph-max-bs", "32"]
+               "--cuda-graph-max-bs-decode", "32"]
 CONFIGS = {  # name -> (flags beyond SERVE_FLAGS, speculative)
     "a_nograph_nospec": (["--disable-cuda-graph", "--disable-speculation"], False),
     "b_graph_nospec": (["--disable-speculation"], False),
@@ -297,13 +297,16 @@ def plain_upstream(name: str, model: str, extra: Sequence[str], env, out, plan: 
     adds the CPU runtime's flags and shims and no capture of ours."""
     env = {**env, "SGLANG_PLUGINS": "none"}
     env.pop("SGLANG_R3_ENABLED", None)
+    return Server(name, plain_upstream_argv(model, extra, plan), env, out)
+
+
+def plain_upstream_argv(model: str, extra: Sequence[str], plan: Plan = GPU) -> List[str]:
+    """The module and flags plain SGLang starts with (tests/test_gpu_kit.py parses them with SGLang's parser)."""
     if plan.device == "cpu":
-        return Server(name, ["benchmarks.plain_server", "--upstream-capture", "--model-path", model,
-                             *plan.serve_flags, *extra], env, out)
+        return ["benchmarks.plain_server", "--upstream-capture", "--model-path", model, *plan.serve_flags, *extra]
     # --disable-speculation is our launcher's (SGLang's parser refuses it): plain SGLang speculates only when asked
     extra = [a for a in extra if a != "--disable-speculation"]
-    return Server(name, ["sglang.launch_server", "--model-path", model, *plan.serve_flags, *extra,
-                         "--enable-return-routed-experts"], env, out)
+    return ["sglang.launch_server", "--model-path", model, *plan.serve_flags, *extra, "--enable-return-routed-experts"]
 
 
 def generate(url: str, ids: List[List[int]], routing, max_new_tokens: int = MAX_NEW_TOKENS) -> List[Dict[str, Any]]:
