@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.gpu import contents as C
+from benchmarks.gpu.run import prompts
 
 pytestmark = [pytest.mark.server, pytest.mark.release]
 
@@ -50,12 +51,7 @@ def test_the_gpu_run_rehearsed_on_the_cpu_with_the_kit_and_the_hosts_image_only(
     assert all(v is True for v in verdicts.values()), verdicts
     s = run["steps"]
     assert s["probe"]["imported"] == "sglang.srt.entrypoints.http_server"
-    assert s["plain_upstream_vs_a"]["routed_experts_equal"] == f"{len(run_prompts())}/{len(run_prompts())}"
+    n = len(prompts())
+    assert s["plain_upstream_vs_a"]["routed_experts_equal"] == f"{n}/{n}"
     assert s["b_vs_a"]["pairs_compared"] > 0 and s["c_mtp_section"]["accepted"] > 0
     assert s["gpu_check"]["rc"] == 0
-
-
-def run_prompts():
-    from benchmarks.gpu.run import prompts
-
-    return prompts()

@@ -80,21 +80,17 @@ print(json.dumps(out))
 """
 
 
-def _canonical(name: str) -> str:
-    return kit.canonical(name)
-
-
 def host_image(reference: Path, dest: Path) -> Dict[str, Any]:
     """A venv at ``dest`` whose only packages are HOST_IMAGE's that the kit does not bring, linked (files and
     folders, dist-info included) from the ``reference`` site-packages."""
     venv.EnvBuilder(clear=True, with_pip=False, symlinks=True).create(dest)
     links = dest / "host-image"
     links.mkdir()
-    brought = {_canonical(n) for n in C.KIT} | {_canonical(n) for n in C.STAND_INS} | {C.OWN}
-    wanted = {_canonical(n) for n in C.HOST_IMAGE} - brought
+    brought = {kit.canonical(n) for n in (*C.KIT, *C.STAND_INS)} | {C.OWN}
+    wanted = {kit.canonical(n) for n in C.HOST_IMAGE} - brought
     linked: Dict[str, str] = {}
     for dist in md.distributions(path=[str(reference)]):
-        name = _canonical(dist.metadata["Name"])
+        name = kit.canonical(dist.metadata["Name"])
         if name not in wanted or name in linked:
             continue
         tops = {f.parts[0] for f in dist.files or () if f.parts and f.parts[0] not in ("..", "bin")}

@@ -499,7 +499,7 @@ def run(args) -> int:
         cuda = torch.cuda.is_available()
     except ImportError:
         cuda = False
-    rehearsal = bool(getattr(args, "cpu_rehearsal", False))
+    rehearsal = bool(args.cpu_rehearsal)
     if not cuda and not args.dry_run and not rehearsal:
         print(NEEDS_CUDA)
         return 0
