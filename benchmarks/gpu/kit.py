@@ -5,7 +5,8 @@ pinned list in ``benchmarks/gpu/contents.py``, trims sglang-kernel 0.4.4 to what
 sglang-r3 itself as a wheel from this working tree (its dist-info carries the ``sglang.srt.plugins`` entry point
 SGLang's child processes load the capture through), unpacks them all into one tree with ``pip install --target``
 (no dependency resolution: the list is the resolution), adds the named stand-ins for flashinfer and
-nvidia-cutlass-dsl, and packs ``OUTDIR/sglang-r3-gpu-kit.tar.xz``. It prints the archive's size (and fails over
+nvidia-cutlass-dsl, SGLang's JIT kernels the GPU path builds with nvcc, built here for sm90 (``benchmarks/gpu/jit.py``;
+left out, saying why, without an SGLang 0.5.15.post1 install or nvcc), and packs ``OUTDIR/sglang-r3-gpu-kit.tar.xz``. It prints the archive's size (and fails over
 ``SIZE_LIMIT_MIB``) and what it holds.
 
 Every build rewrites ``benchmarks/gpu/requires.json``: the ``Requires-Dist`` lines of every wheel it read, which
@@ -29,9 +30,10 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from benchmarks.gpu import contents as C
+from benchmarks.gpu import jit
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -276,10 +278,12 @@ def _tree_size(path: Path) -> int:
 
 
 def build(outdir: Path, allow_requires_change: bool = False, python: str = C.PYTHON,
-          kernel_drop: Tuple[str, ...] = C.KERNEL_DROP, xz_preset: int = 9) -> Dict:
+          kernel_drop: Tuple[str, ...] = C.KERNEL_DROP, xz_preset: int = 9,
+          jit_python: Optional[Path] = jit.DEFAULT_PYTHON) -> Dict:
     """The kit for the host's CPython (``C.PYTHON``). ``python`` another, with ``kernel_drop`` keeping what a
     host without a GPU loads and a light ``xz_preset`` (it never travels): a rehearsal kit of the same pins for
-    this machine (``benchmarks.gpu.rehearse``), which leaves requires.json alone (the host's wheels wrote it)."""
+    this machine (``benchmarks.gpu.rehearse``), which leaves requires.json alone (the host's wheels wrote it).
+    ``jit_python``: the SGLang 0.5.15.post1 install that builds the JIT kernels; None builds none."""
     outdir = outdir.resolve()
     wheels = download(outdir / "downloads", python)
     work = outdir / "wheels"
@@ -299,12 +303,21 @@ def build(outdir: Path, allow_requires_change: bool = False, python: str = C.PYT
     for cache in list(site.rglob("__pycache__")):
         shutil.rmtree(cache, ignore_errors=True)
     stand_ins = write_stand_ins(site)
+    why_not = jit.unavailable(jit_python) if jit_python else "not asked"
+    if not why_not:
+        try:
+            jit_built = jit.prebuild(site.parent / jit.CACHE_DIR, jit_python)
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:  # the host can still build them: say so, go on
+            shutil.rmtree(site.parent / jit.CACHE_DIR, ignore_errors=True)
+            why_not = f"their build here failed: {exc}"
+    if why_not:
+        jit_built = {"modules": [], "not_built": why_not}
     held = {n: wheel_name_version(w)[1] for n, w in wheels.items()}
     held[C.OWN] = wheel_name_version(own)[1]
     manifest = {
         "sglang": C.SGLANG, "python": python, "platforms": list(C.PLATFORMS),
         "packages": dict(sorted(held.items())), "stand_ins": stand_ins,
-        "kernel_dropped": list(kernel_drop),
+        "kernel_dropped": list(kernel_drop), "jit": jit_built,
         "unpacked_bytes": _tree_size(site),
     }
     (stage / C.KIT_DIR / "MANIFEST.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -323,6 +336,10 @@ def build(outdir: Path, allow_requires_change: bool = False, python: str = C.PYT
         print(f"  {name}=={version}  -- {why}")
     for s in stand_ins:
         print(f"  {s}  -- stand-in")
+    for m in jit_built["modules"]:
+        print(f"  {jit.CACHE_DIR}/{m}  -- SGLang's JIT kernel, built here for sm{jit.ARCH[0]}{jit.ARCH[1]}")
+    if why_not:
+        print(f"  no JIT kernels: {why_not}; the host builds them with nvcc on first use")
     if size > C.SIZE_LIMIT_MIB * 2**20 and python == C.PYTHON:
         raise KitError(f"the kit is {size / 2**20:.2f} MiB, over the {C.SIZE_LIMIT_MIB} MiB limit")
     if changed and not allow_requires_change:
@@ -341,6 +358,10 @@ def main(argv=None) -> int:
     b.add_argument("--python", default=C.PYTHON,
                    help=f"the CPython the wheels are for (default {C.PYTHON}, the GPU host's; another makes a "
                         "rehearsal kit for this machine, see benchmarks.gpu.rehearse)")
+    b.add_argument("--jit-python", type=Path, default=jit.DEFAULT_PYTHON,
+                   help="the Python of an SGLang %s install that builds the JIT kernels for sm90 (default: "
+                        "%%(default)s, which .ci/release-env makes)" % C.SGLANG)
+    b.add_argument("--no-jit", action="store_true", help="carry no JIT kernels (the host builds them with nvcc)")
     sub.add_parser("list", help="print the pinned list")
     args = ap.parse_args(argv)
     if args.cmd == "list":
@@ -351,7 +372,8 @@ def main(argv=None) -> int:
         print(f"{C.OWN} -- built from this tree")
         return 0
     try:
-        build(args.outdir, allow_requires_change=args.allow_requires_change, python=args.python)
+        build(args.outdir, allow_requires_change=args.allow_requires_change, python=args.python,
+              jit_python=None if args.no_jit else args.jit_python)
     except (KitError, subprocess.CalledProcessError) as exc:
         print(f"kit build FAILED: {exc}", file=sys.stderr)
         return 1

@@ -5,7 +5,8 @@ folder).
 Bring the repository and the kit (``python -m benchmarks.gpu.kit build .gpu-kit``). The run:
 
 1. ``unpack``: the kit into a folder outside the output (``--target``), put on ``PYTHONPATH`` after the repository,
-   with ``SGLANG_IS_FLASHINFER_AVAILABLE=false`` and ``TVM_FFI_DISABLE_TORCH_C_DLPACK=1``;
+   with ``SGLANG_IS_FLASHINFER_AVAILABLE=false``, ``TVM_FFI_DISABLE_TORCH_C_DLPACK=1`` and ``TVM_FFI_CACHE_DIR`` at
+   the kit's JIT kernels (built for sm90 where the kit was built, ``benchmarks/gpu/jit.py``);
    ``probe``: every package the kit leaves to the host (``contents.HOST``) is importable, which transformers and
    SGLang the children get, and ``import sglang.srt.entrypoints.http_server`` in a child.
 2. Our launcher (``python -m sglang_r3.launch_server``) on the embedded model in bfloat16 with ``--attention-backend
@@ -21,7 +22,8 @@ Bring the repository and the kit (``python -m benchmarks.gpu.kit build .gpu-kit`
    the same resolved flags minus ``--enable-return-routed-experts``), decode-heavy and prefill-heavy, the two sides
    alternated in each round (``capture_overhead.pair_rounds``); ours / plain tokens per second as the median of
    per-round ratios with a bootstrap 95% interval (``benchmarks.stats``).
-5. ``python -m benchmarks.gpu_check`` with the kit on the path.
+5. ``python -m benchmarks.gpu_check`` with the kit on the path; ``jit``: which JIT kernels the servers built
+   themselves with nvcc (a kernel the kit did not carry, or one it carried that failed to load).
 
 The near-tie measure: transformers' own Glm4-MoE (the kit's 5.12.1) in float32 on the GPU over (a)'s full
 sequences; for each (token, MoE layer) the gap between the k-th and (k+1)-th routing score (sigmoid of the router
@@ -58,6 +60,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from benchmarks.gpu import contents as C
+from benchmarks.gpu import jit
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -189,7 +192,8 @@ def unpack(archive: Path, target: Path) -> Dict[str, Any]:
     manifest_path = target / C.KIT_DIR / "MANIFEST.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     return {"site": str(site), "files": len(names), "archive_bytes": archive.stat().st_size,
-            "packages": manifest.get("packages", {}), "stand_ins": manifest.get("stand_ins", [])}
+            "packages": manifest.get("packages", {}), "stand_ins": manifest.get("stand_ins", []),
+            "jit": manifest.get("jit", {"modules": []})}
 
 
 def kit_env(site: Path) -> Dict[str, str]:
@@ -198,6 +202,8 @@ def kit_env(site: Path) -> Dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
     env["SGLANG_IS_FLASHINFER_AVAILABLE"] = "false"
     env["TVM_FFI_DISABLE_TORCH_C_DLPACK"] = "1"
+    # SGLang's JIT kernels: the kit's, built for sm90; what a server builds itself lands beside them (jit.accounting)
+    env["TVM_FFI_CACHE_DIR"] = str(site.parent / jit.CACHE_DIR)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -553,7 +559,7 @@ def gpu_run(args, res: Results, env: Dict[str, str], out: Path, plan: Plan = GPU
     model_dir = model.stdout.strip().splitlines()[-1]
     res.data["model_dir"] = model_dir
     try:
-        # 1. (a) alone first: its start builds SGLang's JIT kernels (nvcc) that later starts reuse.
+        # 1. (a) alone first: what JIT kernels the kit lacks, its start builds (nvcc) and later starts reuse.
         res.step("a_nograph_nospec", serve("a_nograph_nospec", lambda: ours("a_nograph_nospec", CONFIGS["a_nograph_nospec"][0], env, out, plan), True))
         # 2. plain SGLang with (a)'s flags and (b), starting together.
         go_plain = serve("plain_upstream", lambda: plain_upstream("plain_upstream", model_dir, CONFIGS["a_nograph_nospec"][0], env, out, plan), None)
@@ -611,6 +617,8 @@ def gpu_run(args, res: Results, env: Dict[str, str], out: Path, plan: Plan = GPU
         return {"rc": proc.returncode, "checks": lines, "summary": proc.stdout.strip().splitlines()[-1:]}
 
     res.step("gpu_check", gpu_check)
+    carried = res.data["steps"].get("unpack", {}).get("jit", {}).get("modules", [])
+    res.step("jit", jit.accounting, Path(env["TVM_FFI_CACHE_DIR"]), carried, sorted((out / "logs").glob("*.log")))
     steps = res.data["steps"]
     verdicts = {n: steps[n].get("pass", steps[n].get("ok")) for n in steps}
     res.data["verdicts"] = verdicts
