@@ -1,5 +1,6 @@
 """The GPU run rehearsed on this machine's CPU (``python -m benchmarks.gpu.rehearse``), in SGLang 0.5.15.post1's
-environment (``.ci/run``'s second stage).
+environment (``.venv-sglang-0.5.15.post1``, ``.ci/release-env``; run on demand before a GPU run, about 4 minutes:
+``.venv-sglang-0.5.15.post1/bin/python -m pytest tests/test_gpu_kit_rehearsal.py -m release``).
 
 Stand-ins, named in ``benchmarks/gpu/rehearse.py``: this CPython for the host's 3.12 (a kit of the same pins
 built for it), a venv of the host image's packages (``contents.HOST_IMAGE``) linked from this environment's
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_gpu_run_rehearsed_on_the_cpu_with_the_kit_and_the_hosts_image_only(tmp_path):
     installed = md.version("sglang")
     if installed != C.SGLANG:
-        pytest.skip(f"the host image is linked from SGLang {C.SGLANG}'s own install (.ci/run's second stage); "
+        pytest.skip(f"the host image is linked from SGLang {C.SGLANG}'s own install (.ci/release-env's venv); "
                     f"this environment has {installed}")
     proc = subprocess.run([sys.executable, "-m", "benchmarks.gpu.rehearse", "--out", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=2700)

@@ -16,7 +16,7 @@ rehearses all three here, with named stand-ins for what this machine does not ha
   rounds, the GPU check's CPU self-test).
 
 Writes ``OUT/rehearsal.json`` (and the run's ``gpu_cpu-rehearsal.json`` and logs beside it); exit status 1 when
-a step failed. ``tests/test_gpu_kit_rehearsal.py`` runs it in ``.ci/run``'s SGLang 0.5.15.post1 stage. It proves
+a step failed. ``tests/test_gpu_kit_rehearsal.py`` runs it in ``.ci/release-env``'s venv (on demand). It proves
 the kit's package set and the script's logic, nothing about a GPU.
 """
 
