@@ -5,9 +5,10 @@ pinned list in ``benchmarks/gpu/contents.py``, trims sglang-kernel 0.4.4 to what
 sglang-r3 itself as a wheel from this working tree (its dist-info carries the ``sglang.srt.plugins`` entry point
 SGLang's child processes load the capture through), unpacks them all into one tree with ``pip install --target``
 (no dependency resolution: the list is the resolution), adds the named stand-ins for flashinfer and
-nvidia-cutlass-dsl, SGLang's JIT kernels the GPU path builds with nvcc, built here for sm90 (``benchmarks/gpu/jit.py``;
-left out, saying why, without an SGLang 0.5.15.post1 install or nvcc), and packs ``OUTDIR/sglang-r3-gpu-kit.tar.xz``. It prints the archive's size (and fails over
-``SIZE_LIMIT_MIB``) and what it holds.
+nvidia-cutlass-dsl and the JIT kernels SGLang's GPU path builds with nvcc, built here for sm90
+(``benchmarks/gpu/jit.py``; left out, saying why, without an SGLang 0.5.15.post1 install or nvcc), and packs
+``OUTDIR/sglang-r3-gpu-kit.tar.xz``. It prints the archive's size (and fails over ``SIZE_LIMIT_MIB``) and what it
+holds.
 
 Every build rewrites ``benchmarks/gpu/requires.json``: the ``Requires-Dist`` lines of every wheel it read, which
 ``tests/test_gpu_kit.py`` checks the list against without downloading. A build that reads other lines than the
