@@ -205,20 +205,6 @@ def test_the_gpu_script_dry_run_unpacks_probes_and_writes_its_results(tmp_path):
     assert steps["unpack"]["jit"] == {"modules": []}  # a kit built without them
 
 
-# SGLang's own loaders, as the serving path calls them, for sm90, with no nvcc to be found: a JIT module they
-# return is one they loaded from TVM_FFI_CACHE_DIR (its build would fail), and a folder they built in holds
-# build.ninja.
-_LOAD_WITHOUT_NVCC = r"""
-import importlib, json, sys, torch
-from sglang.jit_kernel.utils import override_jit_cuda_arch
-with override_jit_cuda_arch(*json.loads(sys.argv[1])):
-    for mod, loader, args in json.loads(sys.argv[2]):
-        getattr(importlib.import_module("sglang.jit_kernel." + mod), loader)(
-            *[getattr(torch, a) if isinstance(a, str) else a for a in args])
-print("loaded")
-"""
-
-
 @pytest.mark.sglang
 @pytest.mark.release  # the kit's SGLang is 0.5.15.post1: .ci/run's second stage builds with its loaders
 def test_jit_kernels_built_here_are_what_sglangs_loaders_load_on_the_host_without_nvcc(tmp_path):
@@ -233,13 +219,16 @@ def test_jit_kernels_built_here_are_what_sglangs_loaders_load_on_the_host_withou
     built = jit.prebuild(cache, Path(sys.executable), [name])
     assert len(built["modules"]) == 1 and built["modules"][0].endswith("__arch_9.0__tvmffi_" + md.version("apache-tvm-ffi"))
     assert [p.name for p in (cache / built["modules"][0]).iterdir()] == [built["modules"][0].split("__")[0] + ".so"]
-    spec = json.dumps([list(jit.MODULES[name][:3])])
+    # SGLang's own loaders again, with no nvcc to be found: a module they return is one they loaded from
+    # TVM_FFI_CACHE_DIR (its build would fail), and a folder they built in holds build.ninja
+    spec = json.dumps({name: jit.MODULES[name][:3]})
     bare = {"PATH": "/usr/bin:/bin", "CUDA_HOME": str(tmp_path / "no-cuda"), "HOME": str(tmp_path)}
     for cache_dir, loads in ((cache, True), (tmp_path / "empty", False)):
-        proc = subprocess.run([sys.executable, "-c", _LOAD_WITHOUT_NVCC, json.dumps(jit.ARCH), spec],
+        proc = subprocess.run([sys.executable, "-c", jit.CALL_LOADERS, json.dumps(jit.ARCH), spec],
                               env={**bare, "TVM_FFI_CACHE_DIR": str(cache_dir)}, capture_output=True, text=True,
                               timeout=300)
-        assert (proc.returncode == 0 and "loaded" in proc.stdout) is loads, (cache_dir, proc.stdout, proc.stderr[-2000:])
+        loaded = proc.returncode == 0 and f'"{name}"' in proc.stdout
+        assert loaded is loads, (cache_dir, proc.stdout, proc.stderr[-2000:])
     assert jit.accounting(cache, built["modules"]) == {
         "carried": built["modules"], "built_on_host": [], "carried_not_rebuilt": built["modules"],
         "not_carried_built": [], "carried_failed_to_load": 0}

@@ -43,8 +43,9 @@ MODULES: Dict[str, tuple] = {
 }
 
 # Run by the SGLang 0.5.15.post1 install's Python: SGLang's own loaders, so the module names and compile flags
-# are exactly the ones its serving path computes. The PDL flag is cached on first call: inside the override.
-_BUILD = r"""
+# are exactly the ones its serving path computes (each loads its module from TVM_FFI_CACHE_DIR, else builds it
+# there). The PDL flag is cached on first call: inside the override. Prints each loader's seconds as JSON.
+CALL_LOADERS = r"""
 import importlib, json, sys, time
 import torch
 from sglang.jit_kernel.utils import override_jit_cuda_arch
@@ -87,7 +88,7 @@ def prebuild(cache: Path, python: Path = DEFAULT_PYTHON, names: Sequence[str] = 
     cache.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TVM_FFI_CACHE_DIR": str(cache), "CUDA_HOME": str(cuda_home())}
     spec = {n: MODULES[n][:3] for n in names}
-    proc = subprocess.run([str(python), "-c", _BUILD, json.dumps(ARCH), json.dumps(spec)], env=env, cwd=cache,
+    proc = subprocess.run([str(python), "-c", CALL_LOADERS, json.dumps(ARCH), json.dumps(spec)], env=env, cwd=cache,
                           capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"JIT prebuild failed ({proc.returncode}): {proc.stderr[-3000:]}")
