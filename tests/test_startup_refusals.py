@@ -650,6 +650,37 @@ def test_a_transformers_saved_qwen3_next_with_its_rope_base_only_in_rope_paramet
     assert [h for h in hits if "rope_theta" in str(h)] == [], hits
 
 
+def test_a_qwen3_next_whose_rope_sglang_and_transformers_read_apart_is_refused(sglang_args, tmp_path):
+    # Held out: SGLang's Qwen3NextConfig reads the top-level rope_theta and rope_scaling only, transformers 5 its
+    # rope_parameters. A base given both ways apart, or a scaling given only inside rope_parameters, was accepted.
+    import json
+
+    import transformers
+    from sglang.srt.configs.qwen3_next import Qwen3NextConfig as SGLangQwen3NextConfig
+
+    _, saved = _qwen_hybrid_save(tmp_path, "Qwen3NextForCausalLM")
+    saved["full_attention_interval"] = 4
+    saved.pop("rope_scaling", None)
+    cases = {
+        "twice": dict(rope_theta=1000.0, rope_parameters={"rope_type": "default", "rope_theta": 50000.0}),
+        "inside": dict(rope_theta=1000.0, rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 1000.0}),
+    }
+    for name, keys in cases.items():
+        cfg = {**saved, **keys}
+        (tmp_path / "config.json").write_text(json.dumps(cfg))
+        ours = SGLangQwen3NextConfig(**{k: v for k, v in cfg.items() if k != "model_type"})
+        theirs = transformers.Qwen3NextConfig.from_pretrained(tmp_path).rope_parameters
+        # The oracles: the two config classes themselves disagree on the rotation
+        if name == "twice":
+            assert ours.rope_theta == 1000.0 and theirs["rope_theta"] == 50000.0, (ours.rope_theta, theirs)
+        else:
+            assert theirs["rope_type"] == "linear" and theirs["factor"] == 4.0, theirs
+            assert not (getattr(ours, "rope_scaling", None) or {}).get("factor"), vars(ours).get("rope_scaling")
+        err = _refusal(sglang_args, ["--model-path", str(tmp_path)])
+        assert set(err.flags) == {f"--model-path {tmp_path}"}, (name, str(err))
+        assert ("gives RoPE's base twice" if name == "twice" else "scales RoPE only inside rope_parameters") in str(err)
+
+
 # arch -> transformers' config class (transformers 5.12.1 has no DeepSeek-V3.2 / GLM-5 class: skipped there)
 _DEEPSEEK_LAYER_CLASSES = {"DeepseekV3ForCausalLM": "DeepseekV3Config", "DeepseekV2ForCausalLM": "DeepseekV2Config",
                            "DeepseekV32ForCausalLM": "DeepseekV32Config", "GlmMoeDsaForCausalLM": "GlmMoeDsaConfig"}
@@ -688,6 +719,14 @@ def test_a_transformers_saved_deepseek_without_moe_layer_freq_is_refused_naming_
     # DeepseekV2MoE reads topk_method as unconditionally: transformers' V2 class saves it, the others do not.
     assert ("topk_method" in saved) == (arch == "DeepseekV2ForCausalLM")
     assert ('add "topk_method": "noaux_tc"' in str(err)) == ("topk_method" not in saved), str(err)
+    # and scoring_func (its TopK's scores), which no transformers DeepSeek class declares: deepseek_v2.py, whose MoE
+    # each of them builds (GLM-5's class subclasses its model), reads it unconditionally (read off its source), and
+    # the refusal names the published value
+    from sglang_r3.tools.config_keys import sglang_unconditional_keys
+
+    assert "scoring_func" not in saved and "scoring_func" in sglang_unconditional_keys("DeepseekV2ForCausalLM")
+    scores = "softmax" if arch == "DeepseekV2ForCausalLM" else "sigmoid"
+    assert f'add "scoring_func": "{scores}"' in str(err), str(err)
     # The key as the refusal says: SGLang builds the layers transformers does, and the check passes.
     saved["moe_layer_freq"] = 1
     (tmp_path / "config.json").write_text(json.dumps(saved))
@@ -723,7 +762,8 @@ def test_what_sglang_0_5_15_cannot_run_on_the_cpu_runtime_is_refused_there_befor
         config.architectures = [arch]
         config.save_pretrained(tmp_path)
         saved = json.loads((tmp_path / "config.json").read_text())
-        saved.update(moe_layer_freq=1, topk_method="noaux_tc")  # as published: the only refusal left is the release's
+        # as published: the only refusal left is the release's
+        saved.update(moe_layer_freq=1, topk_method="noaux_tc", scoring_func="sigmoid")
         (tmp_path / "config.json").write_text(json.dumps(saved))
     flags = ["--model-path", str(tmp_path)]
     if _release() != "0.5.15.post1":
@@ -870,3 +910,66 @@ def test_a_transformers_saved_step3p5_is_refused_naming_the_keys_sglang_reads_in
     layout_from_hf_config(published)
     with pytest.raises(LayoutError, match="swiglu_limits=None"):
         layout_from_hf_config({**published, "swiglu_limits": None})
+
+
+def test_the_deepseek_routers_start_up_refuses_are_sglangs_top_k_otherwise_than_transformers():
+    # SGLang's own top-k functions (layers/moe/topk.py, what its TopK computes) against transformers' DeepSeek router
+    # classes on the same gate logits: where start-up accepts a router (V3's noaux_tc, V2's greedy over every group),
+    # the two choose the same experts; where it refuses (V3 with another topk_method: SGLang builds no correction
+    # bias; V2's greedy over fewer groups than it has: SGLang keeps the best groups only), they do not.
+    import torch
+    import transformers
+    from sglang.srt.layers.moe import topk as sglang_topk
+    from transformers.models.deepseek_v2 import modeling_deepseek_v2
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
+
+    DeepseekV2TopkRouter = getattr(modeling_deepseek_v2, "DeepseekV2TopkRouter", None)
+    if DeepseekV2TopkRouter is None:
+        pytest.skip(f"transformers {transformers.__version__} has no DeepseekV2TopkRouter (5.19.0 has)")
+
+    from sglang_r3.core.layout import LayoutError, layout_from_hf_config
+
+    torch.manual_seed(0)
+    tokens, experts, hidden, k = 64, 16, 32, 2
+    x, weight, bias = torch.randn(tokens, hidden), torch.randn(experts, hidden) * 0.5, torch.randn(experts) * 0.3
+    logits = x @ weight.t()
+
+    def experts_of(ids):
+        return ids.long().sort(-1).values
+
+    def theirs(router_cls, **cfg):
+        cfg = types.SimpleNamespace(num_experts_per_tok=k, num_experts=experts, num_local_experts=experts,
+                                    hidden_size=hidden, routed_scaling_factor=1.0, **cfg)
+        router = router_cls(cfg)
+        router.weight.data = weight.clone()
+        if hasattr(router, "e_score_correction_bias"):
+            router.e_score_correction_bias.data = bias.clone()
+        with torch.no_grad():
+            return experts_of(router(x)[-1])
+
+    v3 = theirs(DeepseekV3TopkRouter, n_group=4, topk_group=2, norm_topk_prob=True)
+    _, biased = sglang_topk.biased_grouped_topk_impl(x, logits, bias, k, True, 4, 2)
+    _, unbiased = sglang_topk.grouped_topk_gpu(x, logits, k, True, 4, 2)
+    assert torch.equal(v3, experts_of(biased))  # noaux_tc: served
+    assert (v3 != experts_of(unbiased)).any(-1).sum() > tokens // 4  # any other topk_method: refused below
+
+    v2 = theirs(DeepseekV2TopkRouter, topk_method="greedy", n_group=4, topk_group=1)
+    _, all_groups = sglang_topk.grouped_topk_gpu(x, logits, k, False, 4, 4)
+    _, best_group = sglang_topk.grouped_topk_gpu(x, logits, k, False, 4, 1)
+    assert torch.equal(v2, experts_of(all_groups))  # greedy over every group: served
+    assert (v2 != experts_of(best_group)).any(-1).sum() > tokens // 4  # over fewer: refused below
+
+    import json
+    from pathlib import Path
+
+    from tests.family_specs.specs import SPECS
+
+    v3_published = json.loads((Path(__file__).parent / "data" / "configs" / "deepseek_v3.json").read_text())
+    layout_from_hf_config(v3_published)
+    with pytest.raises(LayoutError, match="topk_method='greedy'"):
+        layout_from_hf_config({**v3_published, "topk_method": "greedy"})
+    v2 = {**SPECS["deepseek_v2"].config, "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2"}
+    layout_from_hf_config({**v2, "topk_method": "greedy", "n_group": 4, "topk_group": 4})
+    layout_from_hf_config({**v2, "topk_method": "group_limited_greedy", "n_group": 4, "topk_group": 1})
+    with pytest.raises(LayoutError, match="topk_method='greedy' with n_group=4, topk_group=1"):
+        layout_from_hf_config({**v2, "topk_method": "greedy", "n_group": 4, "topk_group": 1})

@@ -104,17 +104,30 @@ def _is_config(node: ast.AST) -> bool:
     return False
 
 
-def config_reads(path: Path, *, unconditional: bool = False) -> FrozenSet[str]:
+# The names SGLang's model files give the model's own config (``config``, ``self.config``, ``text_config``, ...):
+# a ``quant_config``, ``vision_config`` or ``lora_config`` there is another object.
+_MODEL_CONFIG_NAMES = frozenset({"config", "text_config", "hf_config", "hf_text_config"})
+
+
+def _is_model_config(node: ast.AST) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in _MODEL_CONFIG_NAMES
+    return isinstance(node, ast.Attribute) and node.attr in _MODEL_CONFIG_NAMES
+
+
+def config_reads(path: Path, *, unconditional: bool = False, model_config_only: bool = False) -> FrozenSet[str]:
     """Attribute names a source file reads off a config object. ``unconditional``: only ``config.x`` loads (no
-    getattr), and not a key the file also tests with hasattr / getattr anywhere (a guarded read)."""
+    getattr), and not a key the file also tests with hasattr / getattr anywhere (a guarded read).
+    ``model_config_only``: off the model's own config only (``_MODEL_CONFIG_NAMES``), not a ``quant_config``'s."""
+    is_config = _is_model_config if model_config_only else _is_config
     tree = ast.parse(path.read_text(encoding="utf-8-sig"))
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
     direct, guarded, stored = set(), set(), set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and _is_config(node.value) and id(node) not in called:
+        if isinstance(node, ast.Attribute) and is_config(node.value) and id(node) not in called:
             (stored if isinstance(node.ctx, ast.Store) else direct).add(node.attr)
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
-              and len(node.args) >= 2 and _is_config(node.args[0]) and isinstance(node.args[1], ast.Constant)
+              and len(node.args) >= 2 and is_config(node.args[0]) and isinstance(node.args[1], ast.Constant)
               and isinstance(node.args[1].value, str)):
             guarded.add(node.args[1].value)
     keys = (direct - guarded - stored) if unconditional else (direct | guarded)
@@ -173,14 +186,84 @@ def sglang_model_files() -> Dict[str, Path]:
     return out
 
 
+def _base_class_files(path: Path, name: str, seen: set) -> set:
+    """The SGLang model files defining ``name``'s base classes, transitively (GLM-5's GlmMoeDsaForCausalLM, in
+    glm4_moe.py, is deepseek_v2.py's DeepseekV2ForCausalLM)."""
+    tree = ast.parse(path.read_text(encoding="utf-8-sig"))
+    imported = {a.asname or a.name: path.parent / f"{n.module.rpartition('.')[2]}.py" for n in tree.body
+                if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("sglang.srt.models.") for a in n.names}
+    local = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    out = set()
+    for base in (b.id for b in getattr(local.get(name), "bases", ()) if isinstance(b, ast.Name)):
+        where = imported.get(base, path if base in local else None)
+        if where is not None and where.exists() and (where, base) not in seen:
+            seen.add((where, base))
+            out |= {where} | _base_class_files(where, base, seen)
+    return out
+
+
 def sglang_unconditional_keys(architecture: str) -> FrozenSet[str]:
     path = sglang_model_files().get(architecture)
     return config_reads(path, unconditional=True) if path else frozenset()
 
 
+def _folder_fields(model_type: str) -> FrozenSet[str]:
+    """Every field (aliases too) of every config class in the transformers folder of ``model_type``: a
+    multimodal release's vision and audio towers' keys are theirs."""
+    found = _transformers_index().get(model_type)
+    if found is None:
+        return frozenset()
+    out = set()
+    for path in found[0].glob("configuration_*.py"):
+        for c in config_classes(path):
+            out |= c.fields | {a for a, _ in c.aliases}
+    return frozenset(out)
+
+
+def sglang_only_keys(architecture: str, model_types: Iterable[str]) -> FrozenSet[str]:
+    """The keys SGLang's model file for ``architecture`` (and those of its base classes) reads off the model's
+    config (``config.x``, ``getattr(config, "x", default)``) that transformers' classes of ``model_types`` neither
+    read nor declare (nor another config class of their folders): what a checkpoint may carry that SGLang honours
+    and the reference ignores. Each is accounted for in its family's ``KEYS`` like the reference's own
+    (tests/test_key_accounting.py). Not followed: modules a model builds its parts from without subclassing them
+    (Qwen3-VL-MoE's decoder layers from qwen3_moe.py); their keys are listed by hand where known."""
+    path = sglang_model_files().get(architecture)
+    if path is None:
+        return frozenset()
+    known = set()
+    for mt in model_types:
+        known |= (transformers_keys(mt) or frozenset()) | transformers_fields(mt) | _folder_fields(mt)
+    reads = set()
+    for source in {path} | _base_class_files(path, architecture, set()):
+        reads |= config_reads(source, model_config_only=True)
+    return frozenset(reads - known)
+
+
+def family_sglang_only_keys(fam) -> FrozenSet[str]:
+    """``sglang_only_keys`` over every architecture of a family (none where no transformers class is its reference)."""
+    from sglang_r3.core import families
+
+    model_types = [mt for mt in fam.facts if transformers_keys(mt) is not None]
+    if not model_types:
+        return frozenset()
+    return frozenset().union(*(sglang_only_keys(a, [*model_types, families.model_type_of(a)])
+                               for a in fam.architectures))
+
+
+_CATEGORIES = ("ruled", "neutral", "proven", "irrelevant", "via", "PENDING", "UNACCOUNTED")
+
+
+def _count(fam, keys) -> Dict[str, int]:
+    from sglang_r3.core import families
+
+    how = families.account(fam, keys)
+    return {c: sum(1 for k in keys if how.get(k, "UNACCOUNTED").split(":")[0] == c) for c in _CATEGORIES}
+
+
 def accounting_rows() -> list:
-    """Per family with a rule and a transformers class: (family, model type, how many keys its class reads, and how
-    many are ruled / neutral / proven / irrelevant / pending / unaccounted)."""
+    """Per family with a rule and a transformers class: (family, model type, how many keys its class reads, how many
+    of them are ruled / neutral / proven / irrelevant / via / pending / unaccounted, and the same for the keys only
+    SGLang's model file reads)."""
     from sglang_r3.core import families
 
     rows = []
@@ -191,22 +274,24 @@ def accounting_rows() -> list:
             keys = transformers_keys(model_type)
             if keys is None:
                 continue
-            how = families.account(fam, keys)
-            count = {c: sum(1 for k in keys if how.get(k, "UNACCOUNTED").split(":")[0] == c)
-                     for c in ("ruled", "neutral", "proven", "irrelevant", "PENDING", "UNACCOUNTED")}
-            rows.append((fam.name, model_type, len(keys), count))
+            theirs = family_sglang_only_keys(fam)
+            rows.append((fam.name, model_type, len(keys), _count(fam, keys), len(theirs), _count(fam, theirs)))
     return rows
 
 
 def markdown() -> str:
     import transformers
 
-    lines = [f"Keys read by transformers {transformers.__version__}'s classes (the test checks 5.12.1's too):", "",
-             "| family | model type | keys | ruled | neutral | proven | irrelevant | pending |",
-             "|---|---|---|---|---|---|---|---|"]
-    for name, model_type, n, c in accounting_rows():
+    lines = [f"Keys read by transformers {transformers.__version__}'s classes (the test checks 5.12.1's too), and "
+             f"those only SGLang 0.5.23's model file reads (`sglang_only_keys`):", "",
+             "| family | model type | keys | ruled | neutral | proven | irrelevant | pending | SGLang's only: keys | "
+             "neutral or ruled | irrelevant | via | pending |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, model_type, n, c, n_sg, sg in accounting_rows():
         lines.append(f"| {name} | `{model_type}` | {n} | {c['ruled']} | {c['neutral']} | {c['proven']} | "
-                     f"{c['irrelevant']} | {c['PENDING'] + c['UNACCOUNTED']} |")
+                     f"{c['irrelevant'] + c['via']} | {c['PENDING'] + c['UNACCOUNTED']} | {n_sg} | "
+                     f"{sg['neutral'] + sg['ruled']} | {sg['irrelevant']} | {sg['via']} | "
+                     f"{sg['PENDING'] + sg['UNACCOUNTED']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -233,6 +318,11 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
             print(f"{fam.name} ({model_type}): {len(keys)} keys")
             for key in sorted(keys):
                 print(f"  {key:32s} {how.get(key, 'UNACCOUNTED')}")
+        theirs = family_sglang_only_keys(fam)
+        how = families.account(fam, theirs)
+        print(f"{fam.name}: {len(theirs)} keys only SGLang's model file reads")
+        for key in sorted(theirs):
+            print(f"  {key:32s} {how.get(key, 'UNACCOUNTED')}")
     return 0
 
 

@@ -157,8 +157,8 @@ def facts_table() -> Dict[str, Tuple[Dict[str, str], Dict[str, Any]]]:
 
 
 def account(family: Family, keys) -> Dict[str, str]:
-    """How ``family`` accounts for each of ``keys``: "ruled", "neutral: ...", "proven", "irrelevant: ..." (keys
-    left unaccounted are absent)."""
+    """How ``family`` accounts for each of ``keys``: "ruled", "neutral: ...", "proven", "irrelevant: ...", "via: ..."
+    (keys left unaccounted are absent)."""
     own = KEYS.get(family.name, Keys())
     aliases = {a: s for f in family.facts.values() for a, s in f.aliases.items()}  # transformers' attribute_map
     ruled = _rule_strings(family.rule) if family.rule is not None else set()
@@ -174,6 +174,8 @@ def account(family: Family, keys) -> Dict[str, str]:
             out[key] = f"neutral: {list(own.neutral[key][0])} accepted"
         elif key in own.irrelevant:
             out[key] = f"irrelevant: {own.irrelevant[key]}"
+        elif key in own.via:
+            out[key] = f"via: {own.via[key]}"
         elif key in ruled:
             out[key] = "ruled"
         elif key in COMMON_IRRELEVANT:

@@ -63,9 +63,17 @@ FAMILIES: Tuple[Family, ...] = (
 )
 
 KEYS: Dict[str, Keys] = {
-    "AFMoE (Arcee Trinity)": Keys(neutral=_SILU, proven=_SHAPES + (
-        "global_attn_every_n_layers", "mup_enabled", "num_shared_experts", "route_scale", "sliding_window",
-        "rms_norm_eps", "rope_parameters", "head_dim")),
+    "AFMoE (Arcee Trinity)": Keys(
+        neutral={**_SILU,
+                 # SGLang's only (transformers 5.19's save writes a given factor at the top level too)
+                 "partial_rotary_factor": ((1.0,), "afmoe.py's AfmoeAttention rotates head_dim * partial_rotary_factor "
+                                                   "dims, transformers' Afmoe always the whole head")},
+        proven=_SHAPES + ("global_attn_every_n_layers", "mup_enabled", "num_shared_experts", "route_scale",
+                          "sliding_window", "rms_norm_eps", "rope_parameters", "head_dim"),
+        irrelevant={**{k: "SGLang's only: afmoe.py reads it where the config has no num_dense_layers, which SGLang's "
+                          "AfmoeConfig always sets" for k in ("first_k_dense_replace", "moe_layer_freq")},
+                    "topk_group": "SGLang's only: afmoe.py's grouped top-k reads it when n_group > 1, which the layout "
+                                  "rule refuses"}),
 }
 
 # This module's architectures whose SGLang model builds its own lm_head whatever tie_word_embeddings says (the

@@ -55,7 +55,7 @@ def _bailing_moe_v2(v, arch) -> Stack:
     disagree = []
     if v.get("moe_router_enable_expert_bias") is not True:
         disagree.append("moe_router_enable_expert_bias must be true (without it SGLang drops the expert bias the "
-                        f"release's gate always adds, and scores by softmax)")
+                        "release's gate always adds, and scores by softmax)")
     if v.get("score_function") not in (None, "sigmoid"):
         disagree.append(f"score_function={v.get('score_function')!r} (the release always scores by sigmoid)")
     if v.get("norm_topk_prob") is not True:

@@ -10,7 +10,7 @@ from sglang_r3.core.families._base import (
     _mlp_layer_types_agree
 )
 from sglang_r3.core.families.keys import (
-    Keys, _SILU, _NEVER_READ, _NO_ATTENTION_BIAS_MLA, _SHAPES, _MLA, _GROUPED, mla_latent_eps
+    Keys, _SILU, _NEVER_READ, _NO_ATTENTION_BIAS_MLA, _SHAPES, _MLA, _GROUPED, mla_latent_eps, rope_spellings
 )
 
 
@@ -133,11 +133,49 @@ def _moe_layer_freq_one(v, arch) -> None:
         )
 
 
+def _v2_router(v, arch) -> None:
+    """DeepSeek-V2's router: SGLang's DeepseekV2MoE always takes the grouped top-k (n_group groups, the best
+    topk_group), transformers' DeepseekV2Moe groups only for group_limited_greedy; "greedy" is the same top-k only
+    where every group is kept. transformers' class has no noaux_tc router at all."""
+    if arch != "DeepseekV2ForCausalLM":
+        return
+    method = v.get("topk_method")
+    groups, kept = v.get("n_group"), v.get("topk_group")
+    if method == "greedy" and groups not in (None, 1) and kept != groups:
+        raise RuleError(
+            f"{arch}: topk_method='greedy' with n_group={groups}, topk_group={kept}: SGLang's DeepseekV2MoE picks "
+            f"the top-k within the best {kept} of {groups} groups, transformers' DeepseekV2Moe over every expert; "
+            f"refusing")
+    if method not in ("greedy", "group_limited_greedy"):
+        raise RuleError(f"{arch}: topk_method={method!r}: transformers' DeepseekV2Moe routes by greedy or "
+                        f"group_limited_greedy only; refusing")
+
+
+# deepseek_v2.py's DeepseekV2AttentionMLA rotates with its deepseek_yarn embedding whatever scaled rope_type the
+# config names, and drops YaRN's attention factor where rope_scaling says apply_yarn_scaling: false (SGLang's own
+# sub-key); transformers' classes compute the type named, the factor always.
+_MLA_ROPE_TYPES = (None, "default", "yarn", "deepseek_yarn")
+
+
+def _mla_rope(v, arch) -> None:
+    rope = v.get("rope_parameters") if isinstance(v.get("rope_parameters"), dict) else {}
+    kind = rope.get("rope_type", rope.get("type"))
+    if kind not in _MLA_ROPE_TYPES:
+        raise RuleError(f"{arch}: rope_parameters.rope_type={kind!r}: SGLang's MLA attention (deepseek_v2.py) rotates "
+                        f"with its YaRN embedding for every scaled type, transformers with {kind!r}; refusing")
+    if rope.get("apply_yarn_scaling", True) is not True:
+        raise RuleError(f"{arch}: rope_parameters.apply_yarn_scaling={rope['apply_yarn_scaling']!r}: SGLang's MLA "
+                        f"attention then drops YaRN's attention factor, transformers' YaRN always applies it; "
+                        f"refusing")
+
+
 def _deepseek(v, arch) -> Stack:
     """DeepSeek-V2/V3/V3.2 and GLM-5 (deepseek_v2.py `_is_layer_sparse`; GlmMoeDsaForCausalLM subclasses
     DeepseekV2ForCausalLM): MoE iff layer >= first_k_dense_replace (and layer % moe_layer_freq == 0, which
     transformers ignores: moe_layer_freq != 1 is refused). NextN MTP layers are MoE."""
     _moe_layer_freq_one(v, arch)
+    _v2_router(v, arch)
+    _mla_rope(v, arch)
     _own_indexer_per_layer(v, arch)
     stack = _first_k_dense(v, arch, freq=1)
     return _mlp_layer_types_agree(v, arch, stack, "first_k_dense_replace")
@@ -159,12 +197,16 @@ def _own_indexer_per_layer(v, arch) -> None:
 # deepseek_v2.py's DeepseekV2DecoderLayer._is_layer_sparse reads config.moe_layer_freq (0.5.15.post1 and 0.5.23);
 # transformers' DeepseekV2 / V3 / V3.2 and GlmMoeDsa config classes have no such field, so their save omits it.
 # (GLM-4.7-Flash's glm4_moe_lite.py sets it to 1 itself.)
-_DEEPSEEK_V2_LAYER_KEYS = {"moe_layer_freq": (1, "deepseek_v2.py DeepseekV2DecoderLayer._is_layer_sparse")}
+# DeepseekV2MoE reads config.scoring_func as unconditionally (its TopK's scores), which no transformers DeepSeek
+# class declares: softmax for DeepSeek-V2, sigmoid for the others, as the releases publish.
+_DEEPSEEK_V2_LAYER_KEYS = {"moe_layer_freq": (1, "deepseek_v2.py DeepseekV2DecoderLayer._is_layer_sparse"),
+                           "scoring_func": ("softmax", "deepseek_v2.py DeepseekV2MoE.__init__")}
 
 # deepseek_v2.py's DeepseekV2MoE reads config.topk_method too; transformers' DeepSeek-V2 class declares it (and saves
 # it), V3's, V3.2's and GLM-5's do not: their routers are noaux_tc's, as the releases publish.
 _DEEPSEEK_V3_LAYER_KEYS = {**_DEEPSEEK_V2_LAYER_KEYS,
-                           "topk_method": ("noaux_tc", "deepseek_v2.py DeepseekV2MoE.__init__")}
+                           "topk_method": ("noaux_tc", "deepseek_v2.py DeepseekV2MoE.__init__"),
+                           "scoring_func": ("sigmoid", "deepseek_v2.py DeepseekV2MoE.__init__")}
 
 _MLA_HEAD_DIM = "the config class sets it to qk_rope_head_dim whatever the file says (the derived view does too)"
 
@@ -177,6 +219,55 @@ _INDEX_HEAD_DIM = {"index_head_dim": ((128,), "SGLang's DSA KV pool asserts an i
 # The DSA indexer selects index_topk keys per query with SGLang's GPU kernels; the CPU runtime attends to every key,
 # so start-up refuses a context longer than index_topk there (a flipped index_topk of 8 was refused so): no served
 # forward here has selected.
+# Keys deepseek_v2.py reads that no transformers DeepSeek class reads or declares (config_keys.sglang_only_keys).
+_SGLANG_ONLY_NEUTRAL = {
+    "swiglu_limit": ((None,), "deepseek_v2.py clamps the MLPs' and experts' SwiGLU at it, transformers' classes never "
+                              "clamp"),
+    "llama_4_scaling": ((None,), "deepseek_v2.py scales q by position past original_max_position_embeddings with it, "
+                                 "transformers' classes never do"),
+    "num_hash_layers": ((0,), "deepseek_v2.py routes its first num_hash_layers MoE layers by a token-id table "
+                              "(HashTopK), transformers' routers by score"),
+    "mla_nope": ((False,), "SGLang 0.5.23's deepseek_v2.py skips RoPE in the NextN draft layer with it, transformers' "
+                           "layer rotates"),
+}
+_SGLANG_ONLY_IRRELEVANT = {
+    "router_fp32": "SGLang's only: deepseek_v2.py keeps and applies the gate in float32, as transformers' routers "
+                   "compute it",
+    "routing_method_type": "SGLang's only: read by the FlashInfer TRT-LLM MoE runners, which route inside their kernel "
+                           "and start-up refuses",
+}
+_VIA_ROPE_PARAMETERS = rope_spellings("which deepseek_v2.py reads")
+_NOT_DSA = {"indexer_rope_interleave": "SGLang's only: read by the DSA indexer, which deepseek_v2.py builds for DSA "
+                                      "models only"}
+_ALWAYS_INTERLEAVED = {"rope_interleave": ((True,), "deepseek_v2.py rotates half-split pairs when it is false, "
+                                                    "transformers' class always rotates interleaved pairs")}
+_INDEXER_ROTATION_PENDING = ("SGLang's only: the DSA indexer's rotation (deepseek_v2.py) changes which keys it "
+                             "selects, and its selection runs on a GPU only (the CPU runtime refuses a context longer "
+                             "than index_topk)")
+
+# V3's router as every transformers class but V2's has it: sigmoid scores plus the correction bias, grouped; SGLang's
+# DeepseekV2MoE builds the bias for noaux_tc only (a held-out topk_method "greedy": 159 of 252 pairs differed).
+_NOAUX_TC = {"topk_method": (("noaux_tc",), "SGLang's DeepseekV2MoE adds the gate's correction bias for noaux_tc only, "
+                                           "transformers' router always")}
+
+# Kimi-K2.5's vision tower keys kimi_k25.py reads off its own config (its KimiK25Config): none reaches a text token's
+# routing; an image's only as transformers' code reads them, or the build stops.
+_KIMI_K25_WRAPPER = {
+    **{k: "SGLang's only: ModelConfig sets it from the server flag of that name; the file's value is never read"
+       for k in ("encoder_only", "language_only")},
+    **{k: "SGLang's only: the vision tower's position-embedding grid, the shape of its checkpoint tensor (the load "
+          "asserts they agree)" for k in ("init_pos_emb_height", "init_pos_emb_width")},
+    "init_pos_emb_time": "SGLang's only: the bound of a video chunk's frames and its time table's length; an image's "
+                         "embedding does not depend on it",
+    "merge_type": "SGLang's only: stored, never branched on (the patch merger is the same whatever it says)",
+    **{k: "SGLang's only: another value stops the vision tower's build (kimi_k25.py raises), never served"
+       for k in ("pos_emb_type", "video_attn_type")},
+    **{k: "SGLang's only: a projector width that must equal the checkpoint's tensors (the load asserts it)"
+       for k in ("vt_hidden_size", "text_hidden_size")},
+    **{k: "the vision tower's own key (transformers 5.19's Kimi-K2.5 vision config declares it; 5.12.1 has no Kimi-K2.5 "
+          "class): no text token's path reads it" for k in ("merge_kernel_size", "patch_size")},
+}
+
 _INDEX_TOPK_PENDING = ("the indexer's selection runs on a GPU only (the CPU runtime refuses a context longer than "
                        "index_topk), so no served forward here selects")
 
@@ -196,29 +287,51 @@ FAMILIES: Tuple[Family, ...] = (
 )
 
 KEYS: Dict[str, Keys] = {
-    "DeepSeek-V3": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **mla_latent_eps(1e-06)},
+    "DeepSeek-V3": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **mla_latent_eps(1e-06), **_SGLANG_ONLY_NEUTRAL,
+                                 **_NOAUX_TC},
                         proven=_SHAPES + _MLA + _GROUPED + ("rope_interleave", "tie_word_embeddings", "rope_parameters"),
-        irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ}),
+        irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ, **_SGLANG_ONLY_IRRELEVANT, **_NOT_DSA},
+        via=_VIA_ROPE_PARAMETERS),
     "Kimi-K2.5 (text)": Keys(proven=_SHAPES + _MLA + _GROUPED + ("rope_interleave", "rope_parameters"),
         neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **mla_latent_eps(1e-06),
                  "tie_word_embeddings": ((False,), "the text config's: transformers' Kimi-K2.5 ties its head by the "
-                                                   "outer config's key; only the published value (untied) is proven")},
-        irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ}),
-    "DeepSeek-V2": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS, **mla_latent_eps(1e-06)},
+                                                   "outer config's key; only the published value (untied) is proven"),
+                 **_SGLANG_ONLY_NEUTRAL, **_NOAUX_TC},
+        irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ, **_SGLANG_ONLY_IRRELEVANT, **_NOT_DSA,
+                    **_KIMI_K25_WRAPPER},
+        via=_VIA_ROPE_PARAMETERS),
+    "DeepSeek-V2": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS, **mla_latent_eps(1e-06),
+                                 **_SGLANG_ONLY_NEUTRAL, **_ALWAYS_INTERLEAVED,
+                                 "norm_topk_prob": ((False,), "SGLang's DeepseekV2MoE renormalises the top-k weights "
+                                                              "with it, transformers' DeepseekV2 class never does"),
+                                 # SGLang's only (0.5.23 scores with it; 0.5.15.post1 always takes the softmax)
+                                 "scoring_func": (("softmax",), "SGLang 0.5.23's grouped top-k scores with it, "
+                                                                "transformers' DeepseekV2Moe takes the softmax")},
                         proven=_SHAPES + _MLA + ("n_group", "topk_group", "routed_scaling_factor", "n_shared_experts",
                                                  "topk_method", "tie_word_embeddings", "rope_parameters"),
                         irrelevant={"head_dim": _MLA_HEAD_DIM, "pretraining_tp": _NEVER_READ,
-                                    "norm_topk_prob": _NEVER_READ}),
+                                    **_SGLANG_ONLY_IRRELEVANT, **_NOT_DSA},
+                        via=_VIA_ROPE_PARAMETERS),
     "GLM-5 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS, **mla_latent_eps(1e-05),
-                                 **_INDEX_HEAD_DIM},
+                                 **_INDEX_HEAD_DIM, **_SGLANG_ONLY_NEUTRAL, **_NOAUX_TC, **_ALWAYS_INTERLEAVED,
+                                 # SGLang's only: transformers' YaRN rotates the factor's share of the head
+                                 "partial_rotary_factor": ((1.0,), "SGLang's GLM-5 (deepseek_v2.py's MLA) rotates "
+                                                                   "qk_rope_head_dim whatever it says")},
                         proven=_SHAPES + _MLA + _GROUPED + ("index_n_heads", "tie_word_embeddings", "rope_parameters"),
-        irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ, "layer_types": _NEVER_READ},
-        pending={"index_topk": _INDEX_TOPK_PENDING}),
+        irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ, "layer_types": _NEVER_READ,
+                    **_SGLANG_ONLY_IRRELEVANT,
+                    "use_qk_norm": "SGLang's only: read by glm4_moe.py's GLM-4.5 classes, not by GLM-5's MLA "
+                                   "(deepseek_v2.py)"},
+        via=_VIA_ROPE_PARAMETERS,
+        pending={"index_topk": _INDEX_TOPK_PENDING, "indexer_rope_interleave": _INDEXER_ROTATION_PENDING}),
     "DeepSeek-V3.2 (DSA)": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **_NO_MLP_BIAS, **mla_latent_eps(1e-06),
-                                         **_INDEX_HEAD_DIM},
+                                         **_INDEX_HEAD_DIM, **_SGLANG_ONLY_NEUTRAL, **_NOAUX_TC,
+                                         **_ALWAYS_INTERLEAVED},
                                 proven=_SHAPES + _MLA + _GROUPED + ("index_n_heads", "rope_parameters",
                                                                     "tie_word_embeddings"),
                                 irrelevant={"head_dim": _MLA_HEAD_DIM, "num_experts": _NEVER_READ,
-                                            "layer_types": _NEVER_READ},
-                                pending={"index_topk": _INDEX_TOPK_PENDING}),
+                                            "layer_types": _NEVER_READ, **_SGLANG_ONLY_IRRELEVANT},
+                                via=_VIA_ROPE_PARAMETERS,
+                                pending={"index_topk": _INDEX_TOPK_PENDING,
+                                         "indexer_rope_interleave": _INDEXER_ROTATION_PENDING}),
 }

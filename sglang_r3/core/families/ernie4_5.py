@@ -62,7 +62,10 @@ FAMILIES: Tuple[Family, ...] = (
 KEYS: Dict[str, Keys] = {
     "ERNIE-4.5-MoE": Keys(
         neutral={**_SILU, "moe_norm_min": ((1e-12,), "transformers' Ernie4_5_Moe clamps the top-k weights' sum at "
-                                                      "it before renormalising, SGLang's TopK does not read it")},
+                                                      "it before renormalising, SGLang's TopK does not read it"),
+                 # SGLang's only
+                 "rope_is_neox_style": ((False,), "ernie4.py rotates half-split pairs when it is true; transformers' "
+                                                  "Ernie4_5_Moe always rotates interleaved pairs")},
         proven=_SHAPES + ("moe_num_shared_experts", "tie_word_embeddings", "rms_norm_eps", "rope_parameters",
                           "head_dim")),
 }

@@ -104,12 +104,18 @@ FAMILIES: Tuple[Family, ...] = (
 
 KEYS: Dict[str, Keys] = {
     "GLM-4.5 / 4.7": Keys(neutral=_SILU, proven=_SHAPES + _GROUPED + (
-        "attention_bias", "head_dim", "use_qk_norm", "rms_norm_eps", "rope_parameters")),
+        "attention_bias", "head_dim", "use_qk_norm", "rms_norm_eps", "rope_parameters"),
+        via={"partial_rotary_factor": "rope_parameters: glm4_moe.py reads rope_parameters' factor first, as "
+                                      "transformers' Glm4MoeConfig folds the top-level one into it"}),
     "GLM-4.5V / 4.6V (text)": Keys(neutral=_SILU, proven=_SHAPES + _GROUPED + (
-        "attention_bias", "head_dim", "rms_norm_eps", "rope_parameters", "tie_word_embeddings")),
+        "attention_bias", "head_dim", "rms_norm_eps", "rope_parameters", "tie_word_embeddings"),
+        via={"rope_scaling": "rope_parameters: SGLang's config copies the text config onto the outer one, where "
+                             "rope_scaling is the text config's rope_parameters (glm4v_moe.py's M-RoPE sections)"}),
     "GLM-4.7-Flash": Keys(neutral={**_SILU, **_NO_ATTENTION_BIAS_MLA, **mla_latent_eps(1e-05)},
                           proven=_SHAPES + _MLA + _GROUPED + ("rope_interleave", "rope_parameters"),
-                          irrelevant={"pretraining_tp": _NEVER_READ}),
+                          irrelevant={"pretraining_tp": _NEVER_READ,
+                                      "moe_layer_freq": "SGLang's only: glm4_moe_lite.py sets it to 1 itself before "
+                                                        "it reads it"}),
 }
 
 # This module's architectures whose SGLang model builds its own lm_head whatever tie_word_embeddings says (the

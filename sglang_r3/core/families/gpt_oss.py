@@ -43,7 +43,13 @@ FAMILIES: Tuple[Family, ...] = (
 
 KEYS: Dict[str, Keys] = {
     "gpt-oss": Keys(neutral={**_SILU, "swiglu_alpha": ((1.702,), "SGLang's gpt_oss.py takes the gate's alpha from "
-                                                                 "hidden_act_alpha (1.702), never swiglu_alpha")},
+                                                                 "hidden_act_alpha (1.702), never swiglu_alpha"),
+                             # SGLang's only: transformers 5.19 takes the alpha from swiglu_alpha, 5.12.1 fixes 1.702
+                             "hidden_act_alpha": ((1.702,), "SGLang's gpt_oss.py gives it to the experts' SwiGLU gate "
+                                                            "(gemm1_alpha), transformers' class never reads it")},
+                    irrelevant={"original_intermediate_size": "SGLang's only: the width SGLang itself records when it "
+                                "pads intermediate_size (configs/update_config.py), read by the mxfp4 experts' loader "
+                                "only to reshape their tensors; no forward reads it"},
                     proven=_SHAPES + ("attention_bias", "head_dim", "layer_types", "rope_parameters", "sliding_window",
                                       "rms_norm_eps", "swiglu_limit")),
 }

@@ -41,7 +41,13 @@ FAMILIES: Tuple[Family, ...] = (
 )
 
 KEYS: Dict[str, Keys] = {
-    "Granite-MoE": Keys(neutral=_SILU, proven=_SHAPES + (
+    "Granite-MoE": Keys(neutral={**_SILU,
+                                 # SGLang's only: 0.5.23's granitemoe.py builds a shared MLP this wide when the config
+                                 # names model_type granitemoeshared; 0.5.15's never does
+                                 "shared_intermediate_size": ((0,), "SGLang 0.5.23 builds a shared-expert MLP of this "
+                                                                    "width (model_type granitemoeshared), transformers' "
+                                                                    "GraniteMoe has none")},
+                        proven=_SHAPES + (
         "attention_multiplier", "embedding_multiplier", "logits_scaling", "residual_multiplier", "tie_word_embeddings",
         "rms_norm_eps", "rope_parameters")),
 }

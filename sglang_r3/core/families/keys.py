@@ -7,7 +7,13 @@ SGLang release pins) is accounted for, in the family's module (its ``KEYS``), as
 * neutral    -- only the listed values are accepted; any other is refused at start-up naming the key;
 * ruled      -- the family's layout rule (or the tied-head check) reads it: a value SGLang builds otherwise than
                 transformers is refused there, naming the key (computed: the rule's source, not listed);
-* irrelevant -- changes neither routing nor logits of a served forward, with why.
+* irrelevant -- changes neither routing nor logits of a served forward, with why;
+* via        -- its value reaches both sides through another key that is accounted for (the legacy RoPE spellings
+                transformers folds into rope_parameters, an attribute SGLang's config class derives), with why.
+
+Both sides' keys: those transformers' class reads, and those SGLang's model file reads off the config that
+transformers' class neither reads nor declares (``config_keys.sglang_only_keys``: honoured by SGLang, ignored by
+the reference, so any value but the neutral one is served otherwise than the checkpoint means).
 
 tests/test_key_accounting.py fails on a key the installed transformers reads that its family leaves unaccounted.
 This module holds the vocabulary the family modules write their ``KEYS`` in (``Keys``, the keys every class reads
@@ -26,6 +32,7 @@ class Keys:
     neutral: Mapping[str, Tuple[Tuple[Any, ...], str]] = field(default_factory=dict)  # key -> (accepted, why)
     proven: Tuple[str, ...] = ()
     irrelevant: Mapping[str, str] = field(default_factory=dict)  # key -> why
+    via: Mapping[str, str] = field(default_factory=dict)  # key -> the accounted key it reaches both sides through, why
     # Not accounted for yet (issue 52 stays open while any is): key -> what is missing. Shown per family in
     # docs/models.md; the test fails on a key listed here that another category now covers. ``pending_all``: every
     # key the class reads, with why (a family whose served forwards are not held to transformers' class).
@@ -80,6 +87,19 @@ _SHAPES = ("hidden_size", "intermediate_size", "moe_intermediate_size", "num_att
 _SHAPES_BUT_KV = tuple(k for k in _SHAPES if k != "num_key_value_heads")
 
 _MLA = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+def rope_spellings(reader: str, keys=("rope_scaling", "rope_theta")) -> Dict[str, str]:
+    """The legacy RoPE spellings SGLang's model file reads (``via``): transformers 5 folds them into rope_parameters
+    on load (``config.rope_scaling`` returns it), as the config view does."""
+    return {k: f"rope_parameters: the legacy spelling transformers 5 folds into rope_parameters on load (the config "
+               f"view too), {reader}" for k in keys}
+
+
+# SGLang's models that build the Qwen attention (qwen2_moe.py, qwen3_moe.py) hand this to get_rope, which then builds
+# a dual-chunk rotary embedding (0.5.15.post1 switches to its dual-chunk attention backend; 0.5.23's first forward
+# stops); transformers' classes have no dual-chunk attention.
+DUAL_CHUNK = {"dual_chunk_attention_config": ((None,), "SGLang builds dual-chunk attention from it, transformers' "
+                                                       "class has none")}
 
 _GROUPED = ("n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor", "n_shared_experts")
 

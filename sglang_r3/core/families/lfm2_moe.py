@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, Tuple
 
 from sglang_r3.core.families._base import Facts, Stack, Family, _int, _stack, _head_dim_derived
-from sglang_r3.core.families.keys import Keys, _SHAPES
+from sglang_r3.core.families.keys import Keys, _SHAPES, rope_spellings
 
 
 def _lfm2_moe_tie(d: Dict[str, Any]) -> None:
@@ -47,5 +47,6 @@ FAMILIES: Tuple[Family, ...] = (
 KEYS: Dict[str, Keys] = {
     "LFM2-MoE": Keys(proven=_SHAPES + (
         "conv_bias", "layer_types", "norm_topk_prob", "routed_scaling_factor", "tie_word_embeddings", "use_expert_bias",
-        "norm_eps", "rope_parameters", "conv_L_cache")),
+        "norm_eps", "rope_parameters", "conv_L_cache"),
+        via=rope_spellings("which lfm2_moe.py reads (rope_parameters first)")),
 }

@@ -100,7 +100,14 @@ KEYS: Dict[str, Keys] = {
         neutral={**_SILU, "attention_bias": ((False,), "SGLang's llama4.py builds its attention without biases"),
                  "tie_word_embeddings": ((False,), "a tied Llama 4 head is not proven by a served forward (published "
                                                    "untied)")},
-        irrelevant={"image_token_id": "the outer model's image placeholder id (Llama4ForConditionalGeneration's "
+        via={**{k: f"SGLang's only: set by SGLang's CPU path itself from {src} (model_config.py "
+                    f"adjust_config_with_unaligned_cpu_tp, over any value the file gives) and read by its q/k weight "
+                    f"permutation there"
+                 for k, src in (("original_num_attention_heads", "num_attention_heads"),
+                                ("original_total_num_kv_heads", "num_key_value_heads"))}},
+        irrelevant={"original_intermediate_size": "SGLang's only: mllama4.py reads the vision config's (its pixel "
+                                                  "shuffle MLP), never the text config's",
+                    "image_token_id": "the outer model's image placeholder id (Llama4ForConditionalGeneration's "
                                       "get_placeholder_mask): text prompts never hold it; Llama 4's image prompts are "
                                       "not among those served against transformers"}),
 }

@@ -66,7 +66,15 @@ FAMILIES: Tuple[Family, ...] = (
 )
 
 KEYS: Dict[str, Keys] = {
-    "MiniMax-M2": Keys(neutral=_SILU, proven=_SHAPES + ("rms_norm_eps", "head_dim", "rope_parameters")),
+    "MiniMax-M2": Keys(
+        neutral={**_SILU,
+                 # SGLang's only
+                 "qk_norm_type": (("per_layer",), "minimax_m2.py's MiniMaxM2Attention norms q and k over all heads "
+                                                  "for per_layer, as transformers' class always does (another value "
+                                                  "stops the model's build)")},
+        proven=_SHAPES + ("rms_norm_eps", "head_dim", "rope_parameters"),
+        irrelevant={"num_mtp_modules": "SGLang's only: minimax_m2.py reads it to skip the checkpoint's MTP tensors "
+                                       "at load (get_spec_layer_idx_from_weight_name); no MiniMax-M2 draft is built"}),
 }
 
 # This module's architectures whose SGLang model builds its own lm_head whatever tie_word_embeddings says (the

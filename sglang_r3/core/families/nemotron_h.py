@@ -179,6 +179,14 @@ KEYS: Dict[str, Keys] = {
                  "tie_word_embeddings": ((False,), "transformers' NemotronH never ties its head (_tied_weights_keys "
                                                    "empty: a tied save still holds lm_head.weight), SGLang's "
                                                    "nemotron_h.py ties it to the embedding")},
+        via={"hybrid_override_pattern": "layers_block_type: SGLang's and transformers' configs both derive the "
+                                         "layer kinds from it where layers_block_type is absent (the config view "
+                                         "too), and read layers_block_type after",
+             "mamba2_cache_params": "SGLang's only: a property its NemotronHConfig computes from the Mamba keys (a "
+                                    "file's value stops the config's load)",
+             "max_n_routed_experts": "SGLang's only: a property its NemotronHConfig computes from n_routed_experts",
+             "mamba_n_groups": "n_groups: SGLang's name for the Mamba groups transformers reads as n_groups; the "
+                               "config view refuses the two given apart"},
         irrelevant={"chunk_size": "the Mamba scan's chunk length: the same sums grouped otherwise (transformers' "
                                   "logits move by under 1e-6 with it)",
                     "time_step_floor": _INIT_ONLY, "time_step_max": _INIT_ONLY, "rescale_prenorm_residual": _INIT_ONLY,

@@ -9,7 +9,7 @@ from sglang_r3.core.families._base import (
     ConfigError, RuleError, Facts, MTP_NEXTN, Stack, Family, _kv_heads_default_to_heads, _int, _mtp_count, _stack,
     _head_dim_derived
 )
-from sglang_r3.core.families.keys import Keys, _SILU, _SHAPES, _SHAPES_BUT_KV
+from sglang_r3.core.families.keys import DUAL_CHUNK, Keys, _SILU, _SHAPES, _SHAPES_BUT_KV, rope_spellings
 
 
 def _mlp_only_layers_list(d: Dict[str, Any]) -> None:
@@ -239,22 +239,82 @@ FAMILIES: Tuple[Family, ...] = (
     Family("Intern-S1", {"InternS1ForConditionalGeneration": "interns1"}, {"qwen3_moe": _QWEN3_MOE}, _interns1),
 )
 
+# Keys SGLang's Qwen models read that transformers' classes neither read nor declare (config_keys.sglang_only_keys),
+# shared by the hybrid (gated delta-net) families: SGLang's own Qwen3NextConfig / Qwen3_5TextConfig.
+_HYBRID_SGLANG = dict(
+    neutral={"attn_output_gate": ((True,), "SGLang's full-attention layers gate their output with it (a q_proj twice "
+                                           "as wide), transformers' always"),
+             "output_gate_type": ((None, "silu", "swish"), "SGLang's gated RMSNorm gates by it (SiLU where absent), "
+                                                           "transformers' Qwen3NextRMSNormGated always with SiLU")},
+    irrelevant={**{k: "SGLang's CPU path sets it from linear_num_*_heads before the model is built "
+                      "(adjust_tp_num_heads_if_necessary), over any file value" for k in (
+                          "linear_num_key_heads_cpu", "linear_num_value_heads_cpu")}},
+    via={"full_attention_interval": "layer_types: both configs derive the layer kinds from it; start-up refuses it "
+                                    "missing (SGLang builds from it alone) and the config view refuses layer_types "
+                                    "that disagree",
+         "layers_block_type": "full_attention_interval: a property SGLang's config computes (a file's value stops the "
+                              "config's load)",
+         "partial_rotary_factor": "rope_parameters: the config view fills the top-level value SGLang reads (class "
+                                  "default 0.25) and refuses it given apart from rope_parameters'",
+         **rope_spellings("which SGLang's config keeps as rope_parameters", ("rope_scaling",))},
+)
+
+# Read in qwen2_moe.py's sparse block, which the hybrid families' decoder layers build: where it fuses the shared
+# expert into the routed ones (Qwen3-Next on CUDA, which raises above 1; Qwen3.5 on ROCm), as many shared experts.
+_SHARED_FUSED = {"n_shared_experts": ((None, 0, 1), "SGLang's sparse block (qwen2_moe.py) fuses this many shared "
+                                                    "experts where it fuses them, transformers' class builds one")}
+
+# qwen3_vl.py, which the Qwen3-VL-MoE and Qwen3.5 wrappers subclass: a checkpoint (or --language-model-only) marked
+# so gets no vision tower and plain RoPE, which for text tokens is M-RoPE's rotation (equal positions on every
+# axis); a media prompt is then refused.
+_LANGUAGE_MODEL_ONLY = {"language_model_only": "SGLang's only: builds no vision tower (media prompts refused); a "
+                                                "text token's rotation is M-RoPE's, whose axes hold one position"}
+
 KEYS: Dict[str, Keys] = {
-    "Qwen3-MoE": Keys(neutral=_SILU, proven=_SHAPES + ("head_dim", "norm_topk_prob", "attention_bias", "rms_norm_eps",
-                                                       "rope_parameters")),
-    "Qwen2-MoE": Keys(neutral=_SILU, proven=_SHAPES + ("norm_topk_prob", "qkv_bias", "shared_expert_intermediate_size",
-                                                       "rms_norm_eps", "rope_parameters")),
-    "Qwen3-Next": Keys(neutral=_SILU, proven=_SHAPES_BUT_KV + (
+    "Qwen3-MoE": Keys(neutral={**_SILU, **DUAL_CHUNK,
+                               # SGLang's only: transformers folds it into rope_parameters, where its YaRN and linear
+                               # scaling fail on a partial rotation; qwen3_moe.py rotates the whole head
+                               "partial_rotary_factor": ((1.0,), "qwen3_moe.py rotates the whole head whatever it "
+                                                                 "says")},
+                      proven=_SHAPES + ("head_dim", "norm_topk_prob", "attention_bias", "rms_norm_eps",
+                                        "rope_parameters"),
+                      via=rope_spellings("which qwen3_moe.py reads")),
+    "Qwen2-MoE": Keys(neutral={**_SILU, **DUAL_CHUNK},
+                      proven=_SHAPES + ("norm_topk_prob", "qkv_bias", "shared_expert_intermediate_size",
+                                        "rms_norm_eps", "rope_parameters"),
+                      irrelevant={"n_shared_experts": "SGLang's only: qwen2_moe.py reads it where the sparse block "
+                                                      "fuses the shared expert, which its decoder layer never asks"}),
+    "Qwen3-Next": Keys(neutral={**_SILU, **_HYBRID_SGLANG["neutral"], **_SHARED_FUSED}, proven=_SHAPES_BUT_KV + (
         "head_dim", "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_value_head_dim",
         "norm_topk_prob", "shared_expert_intermediate_size", "rms_norm_eps", "linear_conv_kernel_dim",
-        "num_key_value_heads", "rope_parameters")),
-    "Qwen3.5-MoE": Keys(neutral=_SILU, proven=_SHAPES_BUT_KV + (
+        "num_key_value_heads", "rope_parameters"),
+        irrelevant={**_HYBRID_SGLANG["irrelevant"],
+                    "target_hidden_size": "SGLang's only: read by set_embed, which EAGLE-3 drafts call (start-up "
+                                          "refuses them); the MTP draft shares embeddings and head otherwise"},
+        via={**_HYBRID_SGLANG["via"],
+             "rope_theta": "rope_parameters: SGLang's config reads the top-level base; start-up refuses a base given "
+                           "only inside rope_parameters, or both ways apart (refusals/startup.py)"}),
+    "Qwen3.5-MoE": Keys(neutral={**_SILU, **_HYBRID_SGLANG["neutral"], **_SHARED_FUSED,
+                                 # read in qwen2_moe.py's sparse block, which qwen3_5.py builds
+                                 "norm_topk_prob": ((True,), "SGLang's sparse block (qwen2_moe.py) renormalises the "
+                                                             "top-k weights by it, transformers' class always"),
+                                 "is_causal": ((True,), "SGLang 0.5.23's qwen3_5.py builds bidirectional full "
+                                                        "attention where it is false, transformers' class is causal")},
+                        proven=_SHAPES_BUT_KV + (
         "head_dim", "linear_key_head_dim", "linear_num_key_heads", "linear_num_value_heads",
         "linear_value_head_dim", "shared_expert_intermediate_size", "tie_word_embeddings", "rope_parameters",
-        "rms_norm_eps", "linear_conv_kernel_dim", "num_key_value_heads")),
-    "Qwen3-VL-MoE (text)": Keys(neutral=_SILU, proven=_SHAPES + (
-        "head_dim", "attention_bias", "rope_parameters", "tie_word_embeddings", "rms_norm_eps")),
-    "Qwen3-Omni-MoE (thinker text)": Keys(neutral=_SILU, proven=_SHAPES + (
+        "rms_norm_eps", "linear_conv_kernel_dim", "num_key_value_heads"),
+        irrelevant={**_HYBRID_SGLANG["irrelevant"], **_LANGUAGE_MODEL_ONLY,
+                    **{k: "SGLang's only: ModelConfig sets it from the server flag of that name; the file's value is "
+                          "never read" for k in ("encoder_only", "language_only")}},
+        via=_HYBRID_SGLANG["via"]),
+    # (DUAL_CHUNK: read by qwen3_moe.py's decoder layers, which these three build)
+    "Qwen3-VL-MoE (text)": Keys(neutral={**_SILU, **DUAL_CHUNK}, proven=_SHAPES + (
+        "head_dim", "attention_bias", "rope_parameters", "tie_word_embeddings", "rms_norm_eps"),
+        irrelevant={**{k: "SGLang's only: ModelConfig sets it from the server flag of that name; the file's value is "
+                          "never read" for k in ("encoder_only", "language_only")}, **_LANGUAGE_MODEL_ONLY},
+        via=rope_spellings("which qwen3_vl.py reads for its M-RoPE sections", ("rope_scaling",))),
+    "Qwen3-Omni-MoE (thinker text)": Keys(neutral={**_SILU, **DUAL_CHUNK}, proven=_SHAPES + (
         "norm_topk_prob", "attention_bias", "rope_parameters", "rms_norm_eps"),
         irrelevant={"sliding_window": "the thinker's attention sets no window whatever the key says "
                                       "(modeling_qwen3_omni_moe.py: self.sliding_window = None)",
@@ -267,9 +327,20 @@ KEYS: Dict[str, Keys] = {
                         "shared_expert_intermediate_size")},
                     "vision_start_token_id": "the M-RoPE index of a prompt with media (get_rope_index), not the text "
                                              "model: SGLang's Qwen3-Omni config keeps the file's value as transformers "
-                                             "does; the image prompts' rows are served with the checkpoint's own ids"}),
-    "Intern-S1": Keys(neutral=_SILU, proven=_SHAPES + ("head_dim", "norm_topk_prob", "attention_bias", "rms_norm_eps",
-                                                       "rope_parameters")),
+                                             "does; the image prompts' rows are served with the checkpoint's own ids",
+                    "original_encoder_attention_heads": "SGLang's only: the audio tower's (its CPU path sizes the "
+                                                        "tower's qkv by it; a value off the checkpoint's stops the "
+                                                        "load), never the text model's"}),
+    "Intern-S1": Keys(neutral={**_SILU, **DUAL_CHUNK},
+                      proven=_SHAPES + ("head_dim", "norm_topk_prob", "attention_bias", "rms_norm_eps",
+                                        "rope_parameters"),
+                      via={"downsample_ratio": "transformers' InternVL config's: SGLang's pixel shuffle and projector "
+                                               "widths are its InternVLModel's",
+                           "vision_feature_layer": "transformers' InternVL config's: the vision layer an image's "
+                                                   "features come from, read alike at the published -1"},
+                      pending={"force_image_size": "SGLang's only: its InternVL processor counts an image's tokens "
+                                                   "per tile by it; a value off vision_config.image_size is not "
+                                                   "refused yet"}),
 }
 
 # This module's architectures whose SGLang model builds its own lm_head whatever tie_word_embeddings says (the

@@ -253,7 +253,10 @@ KEYS: Dict[str, Keys] = {
                           "mlp_layer_types", "rms_norm_eps", "rope_parameters",
                           "moe_router_scaling_factor", "swiglu_limits_shared", "swiglu_limits", "sliding_window"),
         irrelevant={"hidden_act": "transformers' Step3p7TextConfig sets it to silu whatever the file says "
-                                  "(__post_init__); SGLang's step3p5.py builds SiLU"},
+                                  "(__post_init__); SGLang's step3p5.py builds SiLU",
+                    # SGLang's only
+                    "scale_emb": "read by step3p5.py's Step3p5Model.get_input_embedding only, which neither the forward "
+                                 "nor the MTP draft calls (both embed with embed_tokens)"},
         # swiglu_limits: the CPU runtime clamps the routed experts as SGLang's CUDA runner (cpu_runtime/families/step3p5.py, held to
         # transformers' Step3p7Experts in tests/test_cpu_step3p5.py); the flipped checkpoint serves a clamp of 0.002
         # with equal rows, though its routed experts move the logits too little for that forward alone to tell;

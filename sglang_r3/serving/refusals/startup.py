@@ -615,6 +615,8 @@ def _checkpoint(cfg, names, *, resolved) -> Rule:
             f"{arch}: its config.json gives RoPE's base only inside rope_parameters (rope_theta={theta}, as "
             f"transformers 5 saves it); SGLang's Qwen3NextConfig reads the top-level rope_theta, default 10000, and "
             f"would rotate with that; add \"rope_theta\": {json.dumps(theta)} as the published config.json has it"))
+    if arch in _READS_TOP_LEVEL_ROPE_THETA:
+        yield from _top_level_rope(cfg, arch, text, rope)
     vision = config.get("vision_config")
     if arch in _NEEDS_DEEPSTACK_KEY and isinstance(vision, dict) and "deepstack_visual_indexes" not in vision:
         yield _Hit("model_path", cfg.model_path, (
@@ -633,6 +635,24 @@ def _checkpoint(cfg, names, *, resolved) -> Rule:
             layout_from_hf_config(config)
         except LayoutError as e:
             yield _Hit("model_path", cfg.model_path, str(e))
+
+
+def _top_level_rope(cfg, arch: str, text: dict, rope: dict) -> Rule:
+    """SGLang's Qwen3NextConfig rotates with the top-level rope_theta and rope_scaling only (it drops rope_parameters),
+    transformers 5 with rope_parameters: a base given both ways apart, or a scaling given only inside
+    rope_parameters, would be served with other positions than the checkpoint's."""
+    theta = rope.get("rope_theta")
+    if text.get("rope_theta") is not None and theta is not None and float(text["rope_theta"]) != float(theta):
+        yield _Hit("model_path", cfg.model_path, (
+            f"{arch}: its config.json gives RoPE's base twice, rope_theta={text['rope_theta']} at the top level and "
+            f"{theta} inside rope_parameters; SGLang's Qwen3NextConfig rotates with the first, transformers with the "
+            f"second; give one value"))
+    kind = rope.get("rope_type", rope.get("type"))
+    if kind not in (None, "default") and not isinstance(text.get("rope_scaling"), dict):
+        yield _Hit("model_path", cfg.model_path, (
+            f"{arch}: its config.json scales RoPE only inside rope_parameters (rope_type={kind!r}); SGLang's "
+            f"Qwen3NextConfig reads the top-level rope_scaling only and would rotate unscaled; add \"rope_scaling\" "
+            f"with the same parameters"))
 
 
 def _required_keys(cfg, arch: str, text: dict, where: str) -> Rule:
