@@ -237,6 +237,17 @@ def test_partial_rotary_factor_given_twice_and_disagreeing_is_refused():
             view_of({**base, "partial_rotary_factor": bad, "rope_theta": 1e4})
 
 
+def test_rope_scaling_and_rope_parameters_given_apart_are_refused():
+    # Held out (Qwen3.5): transformers 5 takes rope_scaling, SGLang's qwen3_5.py rope_parameters. Given alike (the
+    # legacy "type" for "rope_type" included), one view.
+    base = {"model_type": "qwen3_5_moe_text", "architectures": ["Qwen3_5MoeForCausalLM"], "partial_rotary_factor": 0.25}
+    ours = {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.25}
+    with pytest.raises(ConfigError, match=r"rope_scaling and rope_parameters apart \(rope_theta: 1000.0 and 10000.0\)"):
+        view_of({**base, "rope_parameters": ours, "rope_scaling": {**ours, "rope_theta": 1e3}})
+    assert view_of({**base, "rope_parameters": ours, "rope_scaling": {**ours, "type": "default"}}) == view_of(
+        {**base, "rope_parameters": ours})
+
+
 def test_alias_and_stored_name_that_disagree_are_refused():
     with pytest.raises(ConfigError, match=r"'num_experts'=8 and 'num_local_experts'=16.*alias of 'num_local_experts'"):
         view_of({"model_type": "qwen3_moe", "num_experts": 8, "num_local_experts": 16})

@@ -213,11 +213,27 @@ def _rename_aliases(d: Dict[str, Any], aliases: Mapping[str, str]) -> None:
             d[stored] = value
 
 
+def _rope_spellings_agree(scaling: Any, params: Any) -> None:
+    """Both spellings given: transformers 5 takes rope_scaling, SGLang's models may read rope_parameters (Qwen3.5's
+    config maps them onto each other, its rotary embedding prefers rope_parameters). Given apart, refused."""
+    if not (isinstance(scaling, Mapping) and isinstance(params, Mapping) and scaling and params):
+        return
+    a, b = ({"rope_type" if k == "type" else k: v for k, v in x.items()} for x in (scaling, params))
+    apart = sorted(k for k in a.keys() & b.keys() if _canonical(a[k]) != _canonical(b[k]))
+    if apart:
+        pairs = ", ".join(f"{k}: {a[k]!r} and {b[k]!r}" for k in apart)
+        raise ConfigError(
+            f"config gives rope_scaling and rope_parameters apart ({pairs}), "
+            "and the two frameworks read different ones (transformers 5 rope_scaling, SGLang's Qwen3.5 "
+            "rope_parameters); give one")
+
+
 def _fold_rope(d: Dict[str, Any]) -> None:
     """One ``rope_parameters`` dict, as transformers 5 standardizes it (modeling_rope_utils.py
     ``convert_rope_params_to_dict`` / ``standardize_rope_params``): rope_scaling (4.x spelling) wins
     over rope_parameters, rope_theta and partial_rotary_factor move in unless already there, ``type``
     is ``rope_type``, scaled types carry original_max_position_embeddings."""
+    _rope_spellings_agree(d.get("rope_scaling"), d.get("rope_parameters"))
     params = d.pop("rope_scaling", None) or d.get("rope_parameters") or {}
     theta = d.pop("rope_theta", None)
     partial = d.pop("partial_rotary_factor", None)
