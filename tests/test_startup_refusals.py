@@ -973,3 +973,33 @@ def test_the_deepseek_routers_start_up_refuses_are_sglangs_top_k_otherwise_than_
     layout_from_hf_config({**v2, "topk_method": "group_limited_greedy", "n_group": 4, "topk_group": 1})
     with pytest.raises(LayoutError, match="topk_method='greedy' with n_group=4, topk_group=1"):
         layout_from_hf_config({**v2, "topk_method": "greedy", "n_group": 4, "topk_group": 1})
+
+
+def test_sglangs_fused_qk_norm_rope_on_a_yarn_qwen3_moe_is_refused_naming_the_flag(sglang_args, tmp_path):
+    # Held out: Qwen3's model card turns YaRN on with factor 4 over 32768 of its 40960 positions. SGLang's fused
+    # q/k-norm RoPE kernel (CUDA, --enable-fused-qk-norm-rope) takes its parameters from compute_yarn_parameters,
+    # transformers from rope_parameters: the oracles are the two functions themselves.
+    import json
+
+    import transformers
+    from sglang.srt.models.qwen3_moe import compute_yarn_parameters
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "rope_theta": 1e6}
+    config = transformers.Qwen3MoeConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                         num_key_value_heads=2, head_dim=16, num_experts=8, num_experts_per_tok=2,
+                                         vocab_size=128, max_position_embeddings=40960, rope_parameters=yarn)
+    config.architectures = ["Qwen3MoeForCausalLM"]
+    config.save_pretrained(tmp_path)
+    ours = compute_yarn_parameters(config)
+    _, theirs = ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")
+    assert ours[0] == 1.25 and abs(ours[3] - theirs) > 0.1, (ours, theirs)
+    err = _refusal(sglang_args, ["--model-path", str(tmp_path), "--enable-fused-qk-norm-rope"])
+    assert set(err.flags) == {"--enable-fused-qk-norm-rope"}, str(err)
+    assert "compute_yarn_parameters" in str(err) and "(4.0)" in str(err), str(err)
+    # Without the flag (the default), or without YaRN, nothing is refused for it.
+    _check(sglang_args, ["--model-path", str(tmp_path)])
+    saved = json.loads((tmp_path / "config.json").read_text())
+    saved["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    _check(sglang_args, ["--model-path", str(tmp_path), "--enable-fused-qk-norm-rope"])

@@ -163,7 +163,8 @@ def _refusals(cfg: Any, names: _FlagNames, *, resolved: bool, raw: Any = None) -
     """Every refusal for ``cfg``: the raw record, or the resolved view (then ``raw`` is the record)."""
     out: List[Refusal] = []
     for rule in (_parallelism, _moe_routing_layout, _kv_restore, _disaggregation, _speculative, _serving,
-                 _checkpoint, _release_cpu_runtime, _dsa_on_cpu, _swa_shapes_on_cpu, _linear_attention_tree_on_cpu):
+                 _checkpoint, _release_cpu_runtime, _dsa_on_cpu, _swa_shapes_on_cpu, _linear_attention_tree_on_cpu,
+                 _fused_qk_norm_rope):
         for hit in rule(cfg, names, resolved=resolved):
             if hit.field.isupper():  # an environment variable, not a ServerArgs field
                 flag = f"{hit.field}={hit.value} (environment variable)"
@@ -668,6 +669,29 @@ def _required_keys(cfg, arch: str, text: dict, where: str) -> Rule:
             f"{arch}: its config.json has no {where}{key}, which SGLang's model reads unconditionally ({reader}) "
             f"and transformers' config class neither defines nor saves (its scheduler would stop on an "
             f"AttributeError); add \"{where}{key}\": {json.dumps(value)} as the published config.json has it"))
+
+
+# Architectures whose attention is qwen3_moe.py's Qwen3MoeAttention, whose fused q/k-norm RoPE kernel takes YaRN's
+# parameters from compute_yarn_parameters: the factor as max_position_embeddings / original_max_position_embeddings
+# whatever rope_parameters says, the attention factor from that. transformers (and SGLang's unfused rotary
+# embedding) take the factor given: a Qwen3 YaRN config as its model card writes it (factor 4 over 32768 of 40960
+# positions) rotates with 1.25 there, 4 here.
+_FUSED_QK_NORM_ROPE_YARN = ("Qwen3MoeForCausalLM", "InternS1ForConditionalGeneration")
+
+
+def _fused_qk_norm_rope(cfg, names, *, resolved) -> Rule:
+    if resolved or not _arg(cfg, "enable_fused_qk_norm_rope", False) or (config := _read_config(cfg)) is None:
+        return
+    arch = (config.get("architectures") or [""])[0]
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    rope = text.get("rope_scaling") or text.get("rope_parameters") or {}
+    kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, dict) else None
+    if arch in _FUSED_QK_NORM_ROPE_YARN and kind == "yarn":
+        yield _Hit("enable_fused_qk_norm_rope", None, (
+            f"{arch} with YaRN RoPE: SGLang's fused q/k-norm RoPE kernel takes YaRN's factor as "
+            f"max_position_embeddings / original_max_position_embeddings (qwen3_moe.py compute_yarn_parameters), "
+            f"transformers and SGLang's unfused rotary embedding the factor rope_parameters gives ({rope.get('factor')})"
+        ))
 
 
 def _release_cpu_runtime(cfg, names, *, resolved) -> Rule:
