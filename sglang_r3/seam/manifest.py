@@ -280,7 +280,7 @@ MANIFEST: Tuple[Touch, ...] = (
                  "grpc_mode", "grpc_port", "use_ray", "decrypted_config_file", "trust_remote_code",
                  "enable_return_routed_experts", "enable_dp_attention", "enable_metrics", "enable_torch_compile", "chunked_prefill_size",
                  "max_prefill_tokens", "speculative_num_draft_tokens", "disaggregation_transfer_backend",
-                 "kv_cache_dtype"), releases=R23),
+                 "kv_cache_dtype", "enable_fused_qk_norm_rope"), releases=R23),
     Touch(_SA, "reads", "the flags start-up checks read (0.5.15 has no DWDP, FlexKV, unified-cache linker, "
           "SMG gRPC or native gRPC port flags)",
           attrs=("enable_eplb", "init_expert_location", "ep_num_redundant_experts", "pp_size", "attn_cp_size", "enable_prefill_cp", "dcp_size", "tp_size", "ep_size", "dp_size",
@@ -291,7 +291,8 @@ MANIFEST: Tuple[Touch, ...] = (
                  "speculative_eagle_topk", "speculative_num_steps", "device", "disable_cuda_graph", "disable_hybrid_swa_memory",
                  "tokenizer_worker_num", "grpc_mode", "use_ray", "decrypted_config_file", "trust_remote_code",
                  "enable_return_routed_experts", "enable_dp_attention", "enable_metrics", "enable_torch_compile", "chunked_prefill_size",
-                 "max_prefill_tokens", "speculative_num_draft_tokens", "kv_cache_dtype"), releases=R15),
+                 "max_prefill_tokens", "speculative_num_draft_tokens", "kv_cache_dtype", "enable_fused_qk_norm_rope"),
+          releases=R15),
     Touch("sglang.srt.arg_groups.overrides.resolving_view", "uses",
           "the resolved values of a ServerArgs record (0.5.15 writes them onto the record)", "(server_args)", R23),
     Touch("sglang.srt.arg_groups.model_override_base.model_config_of", "uses",
