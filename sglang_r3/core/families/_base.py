@@ -169,3 +169,23 @@ def _every_layer_moe(v, arch) -> Stack:
     E = _int(v, "num_local_experts", arch)
     k = _int(v, "num_experts_per_tok", arch)
     return _stack(L, lambda i: True, E, k)
+
+
+# deepseek_v2.py's DeepseekV2AttentionMLA (DeepSeek's, GLM-5's and GLM-4.7-Flash's attention) rotates with its
+# deepseek_yarn embedding whatever scaled rope_type the config names, and drops YaRN's attention factor where
+# rope_scaling says apply_yarn_scaling: false (SGLang's own sub-key); transformers' classes compute the type named,
+# the factor always.
+_MLA_ROPE_TYPES = (None, "default", "yarn", "deepseek_yarn")
+
+
+def mla_rope(v, arch) -> None:
+    """The RoPE an MLA attention rotates as transformers' class does: none, default or YaRN (with its factor)."""
+    rope = v.get("rope_parameters") if isinstance(v.get("rope_parameters"), dict) else {}
+    kind = rope.get("rope_type", rope.get("type"))
+    if kind not in _MLA_ROPE_TYPES:
+        raise RuleError(f"{arch}: rope_parameters.rope_type={kind!r}: SGLang's MLA attention (deepseek_v2.py) rotates "
+                        f"with its YaRN embedding for every scaled type, transformers with {kind!r}; refusing")
+    if rope.get("apply_yarn_scaling", True) is not True:
+        raise RuleError(f"{arch}: rope_parameters.apply_yarn_scaling={rope['apply_yarn_scaling']!r}: SGLang's MLA "
+                        f"attention then drops YaRN's attention factor, transformers' YaRN always applies it; "
+                        f"refusing")

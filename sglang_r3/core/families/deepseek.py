@@ -7,7 +7,7 @@ from typing import Any, Dict, Tuple
 
 from sglang_r3.core.families._base import (
     RuleError, Facts, MTP_NEXTN, Stack, Family, _kv_heads_default_to_heads, _int, _first_k_dense,
-    _mlp_layer_types_agree
+    _mlp_layer_types_agree, mla_rope
 )
 from sglang_r3.core.families.keys import (
     Keys, _SILU, _NEVER_READ, _NO_ATTENTION_BIAS_MLA, _SHAPES, _MLA, _GROUPED, mla_latent_eps, rope_spellings
@@ -151,31 +151,13 @@ def _v2_router(v, arch) -> None:
                         f"group_limited_greedy only; refusing")
 
 
-# deepseek_v2.py's DeepseekV2AttentionMLA rotates with its deepseek_yarn embedding whatever scaled rope_type the
-# config names, and drops YaRN's attention factor where rope_scaling says apply_yarn_scaling: false (SGLang's own
-# sub-key); transformers' classes compute the type named, the factor always.
-_MLA_ROPE_TYPES = (None, "default", "yarn", "deepseek_yarn")
-
-
-def _mla_rope(v, arch) -> None:
-    rope = v.get("rope_parameters") if isinstance(v.get("rope_parameters"), dict) else {}
-    kind = rope.get("rope_type", rope.get("type"))
-    if kind not in _MLA_ROPE_TYPES:
-        raise RuleError(f"{arch}: rope_parameters.rope_type={kind!r}: SGLang's MLA attention (deepseek_v2.py) rotates "
-                        f"with its YaRN embedding for every scaled type, transformers with {kind!r}; refusing")
-    if rope.get("apply_yarn_scaling", True) is not True:
-        raise RuleError(f"{arch}: rope_parameters.apply_yarn_scaling={rope['apply_yarn_scaling']!r}: SGLang's MLA "
-                        f"attention then drops YaRN's attention factor, transformers' YaRN always applies it; "
-                        f"refusing")
-
-
 def _deepseek(v, arch) -> Stack:
     """DeepSeek-V2/V3/V3.2 and GLM-5 (deepseek_v2.py `_is_layer_sparse`; GlmMoeDsaForCausalLM subclasses
     DeepseekV2ForCausalLM): MoE iff layer >= first_k_dense_replace (and layer % moe_layer_freq == 0, which
     transformers ignores: moe_layer_freq != 1 is refused). NextN MTP layers are MoE."""
     _moe_layer_freq_one(v, arch)
     _v2_router(v, arch)
-    _mla_rope(v, arch)
+    mla_rope(v, arch)
     _own_indexer_per_layer(v, arch)
     stack = _first_k_dense(v, arch, freq=1)
     return _mlp_layer_types_agree(v, arch, stack, "first_k_dense_replace")
@@ -264,8 +246,8 @@ _KIMI_K25_WRAPPER = {
        for k in ("pos_emb_type", "video_attn_type")},
     **{k: "SGLang's only: a projector width that must equal the checkpoint's tensors (the load asserts it)"
        for k in ("vt_hidden_size", "text_hidden_size")},
-    **{k: "the vision tower's own key (transformers 5.19's Kimi-K2.5 vision config declares it; 5.12.1 has no Kimi-K2.5 "
-          "class): no text token's path reads it" for k in ("merge_kernel_size", "patch_size")},
+    **{k: "the vision tower's own key (transformers 5.19's Kimi-K2.5 vision config declares it; 5.12.1 has no "
+          "Kimi-K2.5 class): no text token's path reads it" for k in ("merge_kernel_size", "patch_size")},
 }
 
 _INDEX_TOPK_PENDING = ("the indexer's selection runs on a GPU only (the CPU runtime refuses a context longer than "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, FrozenSet, Tuple
 
 from sglang_r3.core.families._base import (
-    RuleError, Facts, MTP_NEXTN, Stack, Family, _first_k_dense, _mlp_layer_types_agree
+    RuleError, Facts, MTP_NEXTN, Stack, Family, _first_k_dense, _mlp_layer_types_agree, mla_rope
 )
 from sglang_r3.core.families.keys import (
     Keys, _SILU, _NEVER_READ, _NO_ATTENTION_BIAS_MLA, _SHAPES, _MLA, _GROUPED, mla_latent_eps
@@ -88,6 +88,7 @@ def _glm4_moe_lite(v, arch) -> Stack:
             f"self_attn.q_proj through its qkv_proj stacking entry and never loads it, so it would serve "
             f"another model than the checkpoint (the published GLM-4.7-Flash sets q_lora_rank: 768); refusing"
         )
+    mla_rope(v, arch)
     stack = _first_k_dense(v, arch, freq=1)
     return _mlp_layer_types_agree(v, arch, stack, "first_k_dense_replace")
 
