@@ -198,9 +198,6 @@ _NO_MLP_BIAS = {"mlp_bias": ((False,), "SGLang's MLPs have no biases")}
 # == 128 for index_k in DSA"): a flipped index_head_dim of 32 stopped the scheduler there.
 _INDEX_HEAD_DIM = {"index_head_dim": ((128,), "SGLang's DSA KV pool asserts an indexer head of 128")}
 
-# The DSA indexer selects index_topk keys per query with SGLang's GPU kernels; the CPU runtime attends to every key,
-# so start-up refuses a context longer than index_topk there (a flipped index_topk of 8 was refused so): no served
-# forward here has selected.
 # Keys deepseek_v2.py reads that no transformers DeepSeek class reads or declares (config_keys.sglang_only_keys).
 _SGLANG_ONLY_NEUTRAL = {
     "swiglu_limit": ((None,), "deepseek_v2.py clamps the MLPs' and experts' SwiGLU at it, transformers' classes never "
@@ -250,6 +247,9 @@ _KIMI_K25_WRAPPER = {
           "Kimi-K2.5 class): no text token's path reads it" for k in ("merge_kernel_size", "patch_size")},
 }
 
+# The DSA indexer selects index_topk keys per query with SGLang's GPU kernels; the CPU runtime attends to every key,
+# so start-up refuses a context longer than index_topk there (a flipped index_topk of 8 was refused so): no served
+# forward here has selected.
 _INDEX_TOPK_PENDING = ("the indexer's selection runs on a GPU only (the CPU runtime refuses a context longer than "
                        "index_topk), so no served forward here selects")
 
