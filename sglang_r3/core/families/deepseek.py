@@ -10,7 +10,8 @@ from sglang_r3.core.families._base import (
     _mlp_layer_types_agree, mla_rope
 )
 from sglang_r3.core.families.keys import (
-    Keys, _SILU, _NEVER_READ, _NO_ATTENTION_BIAS_MLA, _SHAPES, _MLA, _GROUPED, mla_latent_eps, rope_spellings
+    Keys, _SILU, _NEVER_READ, _NO_ATTENTION_BIAS_MLA, _SHAPES, _MLA, _GROUPED, mla_latent_eps, rope_spellings,
+    SERVER_FLAG_SWITCHES
 )
 
 
@@ -232,8 +233,7 @@ _NOAUX_TC = {"topk_method": (("noaux_tc",), "SGLang's DeepseekV2MoE adds the gat
 # Kimi-K2.5's vision tower keys kimi_k25.py reads off its own config (its KimiK25Config): none reaches a text token's
 # routing; an image's only as transformers' code reads them, or the build stops.
 _KIMI_K25_WRAPPER = {
-    **{k: "SGLang's only: ModelConfig sets it from the server flag of that name; the file's value is never read"
-       for k in ("encoder_only", "language_only")},
+    **SERVER_FLAG_SWITCHES,
     **{k: "SGLang's only: the vision tower's position-embedding grid, the shape of its checkpoint tensor (the load "
           "asserts they agree)" for k in ("init_pos_emb_height", "init_pos_emb_width")},
     "init_pos_emb_time": "SGLang's only: the bound of a video chunk's frames and its time table's length; an image's "

@@ -95,6 +95,12 @@ def rope_spellings(reader: str, keys=("rope_scaling", "rope_theta")) -> Dict[str
                f"view too), {reader}" for k in keys}
 
 
+# Multimodal wrappers' switches SGLang's ModelConfig writes onto the config from the server flags of those names
+# (--encoder-only, --language-only): a checkpoint's own value is never read.
+SERVER_FLAG_SWITCHES = {k: "SGLang's only: ModelConfig sets it from the server flag of that name; the file's value is "
+                           "never read" for k in ("encoder_only", "language_only")}
+
+
 # SGLang's models that build the Qwen attention (qwen2_moe.py, qwen3_moe.py) hand this to get_rope, which then builds
 # a dual-chunk rotary embedding (0.5.15.post1 switches to its dual-chunk attention backend; 0.5.23's first forward
 # stops); transformers' classes have no dual-chunk attention.

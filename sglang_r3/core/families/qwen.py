@@ -9,7 +9,9 @@ from sglang_r3.core.families._base import (
     ConfigError, RuleError, Facts, MTP_NEXTN, Stack, Family, _kv_heads_default_to_heads, _int, _mtp_count, _stack,
     _head_dim_derived
 )
-from sglang_r3.core.families.keys import DUAL_CHUNK, Keys, _SILU, _SHAPES, _SHAPES_BUT_KV, rope_spellings
+from sglang_r3.core.families.keys import (
+    DUAL_CHUNK, SERVER_FLAG_SWITCHES, Keys, _SILU, _SHAPES, _SHAPES_BUT_KV, rope_spellings
+)
 
 
 def _mlp_only_layers_list(d: Dict[str, Any]) -> None:
@@ -305,14 +307,12 @@ KEYS: Dict[str, Keys] = {
         "linear_value_head_dim", "shared_expert_intermediate_size", "tie_word_embeddings", "rope_parameters",
         "rms_norm_eps", "linear_conv_kernel_dim", "num_key_value_heads"),
         irrelevant={**_HYBRID_SGLANG["irrelevant"], **_LANGUAGE_MODEL_ONLY,
-                    **{k: "SGLang's only: ModelConfig sets it from the server flag of that name; the file's value is "
-                          "never read" for k in ("encoder_only", "language_only")}},
+                    **SERVER_FLAG_SWITCHES},
         via=_HYBRID_SGLANG["via"]),
     # (DUAL_CHUNK: read by qwen3_moe.py's decoder layers, which these three build)
     "Qwen3-VL-MoE (text)": Keys(neutral={**_SILU, **DUAL_CHUNK}, proven=_SHAPES + (
         "head_dim", "attention_bias", "rope_parameters", "tie_word_embeddings", "rms_norm_eps"),
-        irrelevant={**{k: "SGLang's only: ModelConfig sets it from the server flag of that name; the file's value is "
-                          "never read" for k in ("encoder_only", "language_only")}, **_LANGUAGE_MODEL_ONLY},
+        irrelevant={**SERVER_FLAG_SWITCHES, **_LANGUAGE_MODEL_ONLY},
         via=rope_spellings("which qwen3_vl.py reads for its M-RoPE sections", ("rope_scaling",))),
     "Qwen3-Omni-MoE (thinker text)": Keys(neutral={**_SILU, **DUAL_CHUNK}, proven=_SHAPES + (
         "norm_topk_prob", "attention_bias", "rope_parameters", "rms_norm_eps"),
